@@ -1,0 +1,78 @@
+"""Procedural problems from reasoning-gym: unlimited, offline, with exact scorers.
+
+The training set and the held-out set are generated from different seeds, and any
+held-out question that also appears in training is dropped from training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agon_lightning.data.base import ProblemDataModule
+from agon_lightning.types import Problem
+
+
+def generate_problems(tasks: dict[str, dict[str, Any]], size: int, seed: int) -> list[Problem]:
+    """``size`` problems spread evenly over ``tasks`` (name → reasoning-gym config kwargs)."""
+    import reasoning_gym
+
+    if not tasks:
+        raise ValueError("tasks must name at least one reasoning-gym dataset")
+    problems: list[Problem] = []
+    names = sorted(tasks)
+    for k, name in enumerate(names):
+        count = size // len(names) + (1 if k < size % len(names) else 0)
+        if count == 0:
+            continue
+        try:
+            dataset = reasoning_gym.create_dataset(name, size=count, seed=seed + k, **tasks[name])
+        except Exception as err:
+            raise ValueError(f"reasoning-gym could not build task {name!r} with {tasks[name]!r}: {err}") from err
+        for entry in dataset:
+            problems.append(
+                Problem(question=entry["question"], answer=str(entry["answer"]), metadata={"task": name, "entry": entry})
+            )
+    return problems
+
+
+class ReasoningGymDataModule(ProblemDataModule):
+    """Problems from reasoning-gym tasks.
+
+    Args:
+        tasks: reasoning-gym dataset name → keyword config (e.g. ``{"chain_sum":
+            {"min_terms": 2, "max_terms": 3}}``).
+        train_size: Training problems per epoch.
+        val_size: Held-out problems (fixed, from ``val_seed``).
+        data_seed: Seed for generating the training problems.
+        val_seed: Seed for generating the held-out problems; must differ from ``data_seed``.
+    """
+
+    def __init__(
+        self,
+        tasks: dict[str, dict[str, Any]] | None = None,
+        train_size: int = 2000,
+        val_size: int = 200,
+        data_seed: int = 1,
+        val_seed: int = 10_001,
+        batch_size: int = 4,
+        val_batch_size: int = 100,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__(batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers)
+        if data_seed == val_seed:
+            raise ValueError(f"val_seed must differ from data_seed (both {data_seed})")
+        if train_size < batch_size:
+            raise ValueError(f"train_size ({train_size}) must be at least batch_size ({batch_size})")
+        self.tasks = tasks if tasks is not None else {"chain_sum": {}}
+        self.train_size = train_size
+        self.val_size = val_size
+        self.data_seed = data_seed
+        self.val_seed = val_seed
+
+    def load_val(self) -> list[Problem]:
+        return generate_problems(self.tasks, self.val_size, self.val_seed)
+
+    def load_train(self) -> list[Problem]:
+        held_out = {p.question for p in self.load_val()}
+        return [p for p in generate_problems(self.tasks, self.train_size, self.data_seed) if p.question not in held_out]

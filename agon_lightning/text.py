@@ -1,0 +1,91 @@
+"""Pure string helpers shared by verifiers and summarizers.
+
+Completions follow one shape: an optional ``<think>`` … ``</think>`` reasoning trace, then a
+post-reasoning summary, then a final answer given as ``<answer>…</answer>`` or ``\\boxed{…}``.
+These helpers cut that shape apart without ever raising on malformed model output.
+"""
+
+from __future__ import annotations
+
+import re
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def after_thinking(text: str) -> str | None:
+    """Text after the last ``</think>``; the whole text when no ``<think>`` opened a trace.
+
+    Returns ``None`` when a trace was opened but never closed (the draft was cut off inside
+    its reasoning). A completion with ``</think>`` but no opening tag (thinking-only
+    checkpoints put ``<think>`` in the prompt) is handled like a closed trace.
+    """
+    close = text.rfind(THINK_CLOSE)
+    if close >= 0:
+        return text[close + len(THINK_CLOSE) :]
+    if THINK_OPEN in text:
+        return None
+    return text
+
+
+def thinking_part(text: str) -> str:
+    """The reasoning trace: everything before the last ``</think>`` (minus ``<think>``)."""
+    close = text.rfind(THINK_CLOSE)
+    head = text if close < 0 and THINK_OPEN in text else text[: max(close, 0)]
+    start = head.find(THINK_OPEN)
+    return head[start + len(THINK_OPEN) :] if start >= 0 else head
+
+
+def last_boxed_span(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, content)`` of the last brace-balanced ``\\boxed{…}`` (or ``\\fbox{…}``).
+
+    ``text[start:end]`` is the whole ``\\boxed{…}`` span. Unbalanced braces → ``None``.
+    """
+    starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    for start in reversed(starts):
+        open_brace = text.index("{", start)
+        depth = 0
+        for i in range(open_brace, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return start, i + 1, text[open_brace + 1 : i]
+    return None
+
+
+def answer_tag_span(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, content)`` of the last ``<answer>…</answer>`` block."""
+    match = None
+    for match in _ANSWER_TAG.finditer(text):
+        pass
+    if match is None:
+        return None
+    return match.start(), match.end(), match.group(1)
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer: the last ``<answer>`` block, else the last ``\\boxed{}``.
+
+    Only the part after the reasoning trace is searched; a draft cut off inside its trace
+    has no answer.
+    """
+    tail = after_thinking(text)
+    if tail is None:
+        return None
+    for finder in (answer_tag_span, last_boxed_span):
+        span = finder(tail)
+        if span is not None:
+            return span[2].strip()
+    return None
+
+
+def remove_final_answer(text: str) -> str:
+    """``text`` with its final-answer span (``<answer>`` block or last ``\\boxed{}``) cut out."""
+    for finder in (answer_tag_span, last_boxed_span):
+        span = finder(text)
+        if span is not None:
+            return (text[: span[0]] + text[span[1] :]).strip()
+    return text.strip()
