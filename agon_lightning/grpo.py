@@ -1,0 +1,159 @@
+"""GRPO's math as pure functions: advantages, sampled-token log-probs, the clipped loss.
+
+Kept free of models and trainers so each piece is unit-tested on hand-computed numbers.
+Log-probs are computed from final hidden states in chunks of tokens, each chunk under
+activation checkpointing: the ``[tokens, V]`` logits of one chunk exist at a time, in the
+forward and in the backward, so a 150k vocabulary costs one chunk of memory, not B·T·V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+Aggregation = Literal["token_mean", "seq_mean", "dr_grpo"]
+AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean", "dr_grpo")
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, scale_std: bool = True, eps: float = 1e-4
+) -> tuple[Tensor, Tensor]:
+    """Group-normalised advantages.
+
+    Args:
+        rewards: ``[G * N]`` rewards, consecutive runs of ``group_size`` forming a group.
+        group_size: N.
+        scale_std: Divide by the group's std (GRPO); ``False`` only centres (Dr. GRPO).
+        eps: Added to the std.
+
+    Returns:
+        ``(advantages [G * N], zero_std [G])`` — ``zero_std`` marks groups whose rewards
+        are all equal (they carry no learning signal).
+    """
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    grouped = rewards.float().view(-1, group_size)  # [G, N]
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True, unbiased=False) if group_size > 1 else torch.zeros_like(mean)
+    adv = grouped - mean
+    if scale_std:
+        adv = adv / (std + eps)
+    return adv.reshape(-1), std.squeeze(1) < 1e-8
+
+
+def _chunk_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    logits = (hidden @ weight.t()).float() / temperature  # [c, V]
+    logz = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
+    with torch.no_grad():
+        entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, entropy
+
+
+def token_logprobs(
+    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float = 1.0, chunk_size: int = 1024
+) -> tuple[Tensor, Tensor]:
+    """Log-probs (and entropies) of ``targets`` under ``softmax(hidden @ weight.T / T)``.
+
+    Args:
+        hidden: ``[..., H]`` final hidden states (the positions that predict ``targets``).
+        weight: ``[V, H]`` output-embedding matrix.
+        targets: ``[...]`` token ids.
+        temperature: The sampling temperature, so log-probs match the sampling policy.
+        chunk_size: Tokens per chunk; peak logits memory is ``chunk_size × V`` floats.
+
+    Returns:
+        ``(logp, entropy)`` shaped like ``targets``; entropy carries no gradient.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    shape = targets.shape
+    flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)  # [B*T, H], [B*T]
+    logps, entropies = [], []
+    needs_grad = torch.is_grad_enabled() and (flat_h.requires_grad or weight.requires_grad)
+    for start in range(0, flat_t.numel(), chunk_size):
+        args = (flat_h[start : start + chunk_size], weight, flat_t[start : start + chunk_size], temperature)
+        if needs_grad:
+            lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(*args)
+        logps.append(lp)
+        entropies.append(ent)
+    if not logps:
+        empty = flat_h.new_zeros(0, dtype=torch.float32)
+        return empty.view(shape), empty.view(shape)
+    return torch.cat(logps).view(shape), torch.cat(entropies).view(shape)
+
+
+@dataclass
+class LossNormalizer:
+    """Global counts that make a micro-batched loss equal to the full-batch loss."""
+
+    num_seqs: int
+    num_tokens: int
+    max_tokens: int
+
+
+def aggregate(per_token: Tensor, mask: Tensor, aggregation: str, norm: LossNormalizer) -> Tensor:
+    """Reduce a ``[B, T]`` per-token loss to a scalar.
+
+    ``token_mean`` averages over all completion tokens of the batch; ``seq_mean`` averages
+    each sequence then the batch; ``dr_grpo`` sums and divides by ``num_seqs × max_tokens``
+    (a constant, so long completions are not down-weighted).
+    """
+    mask = mask.float()
+    if aggregation == "token_mean":
+        return (per_token * mask).sum() / max(norm.num_tokens, 1)
+    if aggregation == "seq_mean":
+        per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_seq.sum() / max(norm.num_seqs, 1)
+    if aggregation == "dr_grpo":
+        return (per_token * mask).sum() / max(norm.num_seqs * norm.max_tokens, 1)
+    raise ValueError(f"unknown loss aggregation {aggregation!r}; expected one of {AGGREGATIONS}")
+
+
+def clipped_policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    norm: LossNormalizer,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    aggregation: str = "token_mean",
+    ref_logp: Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GRPO's clipped surrogate (plus β·KL to the reference when given).
+
+    Args:
+        logp, old_logp: ``[B, T]`` log-probs under the current and the sampling policy.
+        advantages: ``[B]`` one advantage per sequence.
+        mask: ``[B, T]`` 1 on completion tokens that count.
+        ref_logp: ``[B, T]`` log-probs under the frozen base (only when ``beta > 0``).
+
+    Returns:
+        ``(loss, stats)`` with ``clip_fraction`` and, when β > 0, ``kl`` (masked token means).
+    """
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(-1)  # [B, 1]
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    m = mask.float()
+    denom = m.sum().clamp(min=1)
+    with torch.no_grad():
+        was_clipped = ((ratio < 1 - eps_low) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
+        stats = {"clip_fraction": (was_clipped.float() * m).sum() / denom}
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs ref_logp")
+        delta = ref_logp - logp
+        kl = torch.exp(delta) - delta - 1  # k3 estimator, >= 0
+        per_token = per_token + beta * kl
+        stats["kl"] = ((kl.detach() * m).sum() / denom).detach()
+    return aggregate(per_token, mask, aggregation, norm), stats

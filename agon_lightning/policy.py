@@ -1,0 +1,165 @@
+"""Two policies, one frozen base: loading the base, attaching the LoRA adapters, switching.
+
+Both policies are LoRA adapters (``alpha``, ``beta``) on the same frozen base, so the pair
+costs ~2% more memory than one model. They start differently — ``alpha`` with PEFT's zero
+``B`` (it *is* the base at step 0), ``beta`` with ``B ~ N(0, σ²)`` — so they diverge into
+different blind spots. ``disable_adapter()`` gives the exact base: a free KL reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+EMBEDDED_PREFIX = "agon:"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoraOptions:
+    """LoRA settings shared by both adapters.
+
+    Attributes:
+        r: Rank.
+        alpha: LoRA scaling numerator (scale = alpha / r).
+        dropout: Dropout on the LoRA input (off during generation).
+        target_modules: Module names to adapt (``"all-linear"`` is accepted).
+        beta_init_std: σ of ``beta``'s Gaussian ``B`` init; ``alpha`` keeps zero ``B``.
+        init_seed: Seed for ``beta``'s noise, so both adapters are reproducible.
+        init_from: A directory holding ``alpha/`` and ``beta/`` PEFT adapters to start from.
+    """
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] | str = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    beta_init_std: float = 1e-3
+    init_seed: int = 0
+    init_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ValueError(f"lora.r must be >= 1, got {self.r}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+        if self.beta_init_std < 0:
+            raise ValueError(f"lora.beta_init_std must be >= 0, got {self.beta_init_std}")
+
+
+def resolve_model_path(name: str) -> str:
+    """``agon:NAME`` → the model shipped in ``agon_lightning/assets/NAME``; else unchanged."""
+    if not name.startswith(EMBEDDED_PREFIX):
+        return name
+    asset = name[len(EMBEDDED_PREFIX) :]
+    path = Path(str(resources.files("agon_lightning") / "assets" / asset))
+    if not (path / "config.json").is_file():
+        available = sorted(p.name for p in path.parent.iterdir() if (p / "config.json").is_file())
+        raise FileNotFoundError(f"no embedded model {name!r}; available: {[EMBEDDED_PREFIX + a for a in available]}")
+    return str(path)
+
+
+def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Module, Any]:
+    """Load a causal LM and its tokenizer (left padding, a pad token), base frozen."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    path = resolve_model_path(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **kwargs)
+    model.requires_grad_(False)
+    model.train()  # from_pretrained returns eval mode; generation switches to eval itself
+    return model, tokenizer
+
+
+def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) -> nn.Module:
+    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if opts.init_from:
+        root = Path(opts.init_from)
+        missing = [n for n in names if not (root / n / "adapter_config.json").is_file()]
+        if missing:
+            raise FileNotFoundError(f"lora.init_from={str(root)!r} lacks adapters {missing} (expected NAME/adapter_config.json)")
+        model = PeftModel.from_pretrained(base, str(root / names[0]), adapter_name=names[0], is_trainable=True)
+        for name in names[1:]:
+            model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
+        return model
+    config = LoraConfig(
+        r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, target_modules=opts.target_modules, bias="none"
+    )
+    model = get_peft_model(base, config, adapter_name=names[0])
+    for name in names[1:]:
+        model.add_adapter(name, config)
+    if "beta" in names and opts.beta_init_std > 0:
+        generator = torch.Generator().manual_seed(opts.init_seed)
+        for pname, param in model.named_parameters():
+            if ".lora_B.beta." in pname:
+                noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
+                param.data.copy_(noise.to(param.dtype))
+    return model
+
+
+def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
+    """The LoRA parameters of adapter ``name``."""
+    params = [p for n, p in model.named_parameters() if f".{name}." in n and "lora_" in n]
+    if not params:
+        raise ValueError(f"adapter {name!r} has no parameters in this model")
+    return params
+
+
+def activate(model: nn.Module, name: str, trainable: list[nn.Parameter]) -> None:
+    """Make ``name`` the active adapter, keeping every adapter trainable.
+
+    PEFT's ``set_adapter`` freezes the inactive adapters; both policies train every step
+    (one joint backward), so their ``requires_grad`` is restored here.
+    """
+    model.set_adapter(name)
+    for p in trainable:
+        p.requires_grad_(True)
+
+
+@contextlib.contextmanager
+def generating(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no LoRA dropout) and no autograd for sampling; restores the mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def completion_hidden_states(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor,
+                             completion_ids: Tensor, completion_mask: Tensor) -> Tensor:
+    """Final hidden states at the positions that predict each completion token: ``[B, T, H]``.
+
+    Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
+    position ids from the attention mask exactly as ``generate`` computes them under left
+    padding, so the recomputed log-probs match the sampling pass.
+    """
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
+    attn = torch.cat([prompt_mask, completion_mask], dim=1)
+    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    decoder = model.get_base_model().get_decoder()
+    hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).last_hidden_state
+    prompt_len = prompt_ids.shape[1]
+    return hidden[:, prompt_len - 1 : -1]  # [B, T, H]
+
+
+def output_weight(model: nn.Module) -> Tensor:
+    """The ``[V, H]`` output-embedding matrix."""
+    return model.get_base_model().get_output_embeddings().weight

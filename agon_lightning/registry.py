@@ -1,0 +1,49 @@
+"""Plugins: components found through entry points, imported before the CLI parser is built.
+
+Built-ins register through the same groups in our own pyproject.toml, so a third-party
+package that declares, e.g.::
+
+    [project.entry-points."agon_lightning.verifiers"]
+    lean = "my_pkg.verify:LeanVerifier"
+
+is selectable exactly like a built-in: ``--model.verifier=LeanVerifier`` or
+``class_path: LeanVerifier`` in YAML (jsonargparse resolves a short class name among the
+imported subclasses of the argument's type).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from agon_lightning.rewards import Reward
+from agon_lightning.rollout import Rollout
+from agon_lightning.summarizers.base import Summarizer
+from agon_lightning.verifiers.base import Verifier
+
+GROUPS: dict[str, type] = {
+    "agon_lightning.rollouts": Rollout,
+    "agon_lightning.verifiers": Verifier,
+    "agon_lightning.summarizers": Summarizer,
+    "agon_lightning.rewards": Reward,
+}
+
+
+def load_plugins() -> dict[str, dict[str, type]]:
+    """Import every registered component; ``{group: {entry-point name: class}}``.
+
+    Raises:
+        ImportError: an entry point cannot be imported (names the entry point).
+        TypeError: an entry point is not a subclass of its group's base class.
+    """
+    found: dict[str, dict[str, type]] = {}
+    for group, base in GROUPS.items():
+        found[group] = {}
+        for ep in entry_points(group=group):
+            try:
+                obj = ep.load()
+            except Exception as err:
+                raise ImportError(f"entry point {ep.name!r} = {ep.value!r} in group {group!r} failed to import: {err}") from err
+            if not (isinstance(obj, type) and issubclass(obj, base)):
+                raise TypeError(f"entry point {ep.name!r} = {ep.value!r} in group {group!r} is not a {base.__name__} subclass")
+            found[group][ep.name] = obj
+    return found

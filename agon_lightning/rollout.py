@@ -1,0 +1,135 @@
+"""Sampling completions: the rollout interface and its Hugging Face ``generate`` backend.
+
+A rollout returns everything the update needs — prompt and completion token ids with
+masks — and everything the game needs — decoded texts, lengths, truncation flags — so no
+one re-tokenises text (which would not round-trip exactly).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class RolloutBatch:
+    """``B`` sampled completions (B = prompts × samples, samples of a prompt adjacent).
+
+    Attributes:
+        prompt_ids: ``[B, P]`` left-padded prompt ids.
+        prompt_mask: ``[B, P]`` 1 on real prompt tokens.
+        completion_ids: ``[B, T]`` right-padded completion ids (T ≤ max_new_tokens).
+        completion_mask: ``[B, T]`` 1 up to and including the first EOS.
+        texts: Decoded completions, special tokens removed.
+        lengths: ``[B]`` completion tokens (EOS included).
+        truncated: ``[B]`` True where no EOS came within ``max_new_tokens``.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    texts: list[str]
+    lengths: Tensor
+    truncated: Tensor
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def select(self, index: slice) -> RolloutBatch:
+        """Rows ``index`` (for micro-batching)."""
+        return RolloutBatch(
+            self.prompt_ids[index], self.prompt_mask[index], self.completion_ids[index],
+            self.completion_mask[index], self.texts[index], self.lengths[index], self.truncated[index],
+        )  # fmt: skip
+
+
+def completion_mask(completion_ids: Tensor, eos_ids: list[int]) -> tuple[Tensor, Tensor]:
+    """``(mask [B, T], truncated [B])``: 1 up to and including the first EOS token."""
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
+    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # an EOS strictly earlier
+    return (~seen_before).long(), ~is_eos.any(dim=1)
+
+
+class Rollout(ABC):
+    """Samples ``num_samples`` completions for each prompt with the model's active adapter."""
+
+    max_new_tokens: int
+
+    @abstractmethod
+    def generate(
+        self, model: Any, tokenizer: Any, prompts: list[str], num_samples: int = 1, greedy: bool = False
+    ) -> RolloutBatch:
+        """Samples for one prompt are adjacent in the result (a GRPO group)."""
+
+
+class HFRollout(Rollout):
+    """Batched ``model.generate`` with the KV cache.
+
+    Args:
+        max_new_tokens: Completion budget; longer completions are truncated.
+        temperature: Sampling temperature (also used to compute the log-probs).
+        top_p: Nucleus sampling mass.
+        top_k: Top-k cutoff (0 = off).
+        max_batch_size: Most sequences per ``generate`` call (0 = all at once).
+    """
+
+    def __init__(
+        self,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_batch_size: int = 0,
+    ) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if top_k < 0 or max_batch_size < 0:
+            raise ValueError(f"top_k and max_batch_size must be >= 0, got {top_k} and {max_batch_size}")
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.max_batch_size = max_batch_size
+
+    def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False):
+        if not prompts:
+            raise ValueError("generate needs at least one prompt")
+        device = next(model.parameters()).device
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        ids = enc["input_ids"].repeat_interleave(num_samples, dim=0).to(device)  # [B, P]
+        attn = enc["attention_mask"].repeat_interleave(num_samples, dim=0).to(device)
+        eos = tokenizer.eos_token_id
+        eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=self.max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=eos_ids,
+            use_cache=True,
+        )
+        if greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None)
+        step = self.max_batch_size or ids.shape[0]
+        pieces = []
+        for start in range(0, ids.shape[0], step):
+            out = model.generate(input_ids=ids[start : start + step], attention_mask=attn[start : start + step], **kwargs)
+            pieces.append(out[:, ids.shape[1] :])
+        width = max(p.shape[1] for p in pieces)
+        completion = torch.cat(
+            [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=tokenizer.pad_token_id) for p in pieces]
+        )  # [B, T]
+        mask, truncated = completion_mask(completion, eos_ids)
+        # generate() pads finished rows with pad == eos for many tokenizers: the mask handles it.
+        completion = completion.masked_fill(mask == 0, tokenizer.pad_token_id)
+        texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+        return RolloutBatch(ids, attn, completion, mask, texts, mask.sum(dim=1), truncated)
