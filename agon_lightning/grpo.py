@@ -40,9 +40,11 @@ def group_advantages(
     mean = grouped.mean(dim=1, keepdim=True)
     std = grouped.std(dim=1, keepdim=True, unbiased=False) if group_size > 1 else torch.zeros_like(mean)
     adv = grouped - mean
+    zero_std = std < 1e-8
     if scale_std:
-        adv = adv / (std + eps)
-    return adv.reshape(-1), std.squeeze(1) < 1e-8
+        # A group with equal rewards has zero advantage (never 0/0 when eps = 0).
+        adv = torch.where(zero_std, torch.zeros_like(adv), adv / (std + eps))
+    return adv.reshape(-1), zero_std.squeeze(1)
 
 
 def _chunk_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:

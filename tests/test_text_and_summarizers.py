@@ -1,0 +1,55 @@
+import pytest
+
+from agon_lightning.summarizers.basic import FullSummarizer, HiddenSummarizer, StripTraceSummarizer
+from agon_lightning.text import after_thinking, extract_answer, last_boxed_span, thinking_part
+from agon_lightning.types import Problem
+
+P = Problem("1+1=?", "2")
+
+
+@pytest.mark.parametrize(
+    "draft,summary",
+    [
+        ("<think>1+1=2</think>partial 2<answer>2</answer>", "partial 2"),
+        ("<think>a</think><think>b</think>final note \\boxed{7}", "final note"),
+        ("no opening tag</think>sum is 3 <answer>3</answer>", "sum is 3"),  # thinking-only checkpoint
+        ("<think>cut off in the middle", ""),  # truncated inside the trace: no summary
+        ("plain answer <answer>4</answer>", "plain answer"),
+        ("<think>x</think>box \\boxed{\\frac{1}{2}} done", "box  done"),
+    ],
+)
+def test_strip_trace(draft, summary):
+    assert StripTraceSummarizer().summarize(draft, P) == summary
+
+
+def test_strip_trace_placeholder_and_limit():
+    s = StripTraceSummarizer(max_chars=3, empty_text="(none)")
+    assert s.summarize("<think>never closed", P, truncated=True) == "(none)"
+    assert s.summarize("<think>x</think>abcdef<answer>1</answer>", P) == "abc"
+
+
+def test_full_and_hidden():
+    draft = "<think>x</think>y<answer>1</answer>"
+    assert FullSummarizer().summarize(draft, P) == draft
+    assert HiddenSummarizer().summarize(draft, P) == ""
+    assert HiddenSummarizer("[hidden]").summarize(draft, P) == "[hidden]"
+
+
+def test_extract_answer_prefers_last_after_trace():
+    assert extract_answer("<think><answer>1</answer></think>x<answer>2</answer> <answer>3</answer>") == "3"
+    assert extract_answer("<think>\\boxed{5}") is None
+    assert extract_answer("so \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert extract_answer("nothing here") is None
+
+
+def test_boxed_span_is_brace_balanced_and_tolerates_garbage():
+    text = "a \\boxed{x^{2}} b \\boxed{{y}"
+    assert last_boxed_span(text)[2] == "x^{2}"
+    assert last_boxed_span("\\boxed{") is None
+
+
+def test_thinking_parts():
+    assert after_thinking("<think>a</think>b") == "b"
+    assert after_thinking("<think>a") is None
+    assert thinking_part("<think>a b</think>c") == "a b"
+    assert thinking_part("<think>open") == "open"
