@@ -36,7 +36,10 @@ def component_spec(obj: Any) -> dict[str, Any]:
         obj = lazy_type(**obj._lazy_kwargs)
     cls = type(obj)
     args = {k: v for k, v in vars(obj).items() if not k.startswith("_") and not callable(v)}
-    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": json.loads(json.dumps(args, default=str))}
+    return {
+        "class_path": f"{cls.__module__}.{cls.__qualname__}",
+        "init_args": json.loads(json.dumps(args, default=str)),
+    }
 
 
 def build_component(spec: dict[str, Any]) -> Any:
@@ -111,5 +114,7 @@ def read_bundle(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{meta_file} is not valid JSON: {err}") from err
     for name in meta.get("adapters", []):
         if not (path / name / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"bundle {path} names adapter {name!r} but {path / name}/adapter_config.json is missing")
+            raise FileNotFoundError(
+                f"bundle {path} names adapter {name!r} but {path / name}/adapter_config.json is missing"
+            )
     return meta

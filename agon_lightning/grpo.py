@@ -47,7 +47,9 @@ def group_advantages(
     return adv.reshape(-1), zero_std.squeeze(1)
 
 
-def _chunk_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+def _chunk_logprobs(
+    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float
+) -> tuple[Tensor, Tensor]:
     logits = (hidden @ weight.t()).float() / temperature  # [c, V]
     logz = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz

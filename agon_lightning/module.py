@@ -26,7 +26,13 @@ from jsonargparse import lazy_instance
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 
-from agon_lightning.grpo import AGGREGATIONS, LossNormalizer, clipped_policy_loss, group_advantages, token_logprobs
+from agon_lightning.grpo import (
+    AGGREGATIONS,
+    LossNormalizer,
+    clipped_policy_loss,
+    group_advantages,
+    token_logprobs,
+)
 from agon_lightning.policy import (
     LoraOptions,
     activate,
@@ -41,6 +47,7 @@ from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Reward
 from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
 from agon_lightning.schedule import SCHEDULES, adapters_for, roles_for_step
+from agon_lightning.strategies import full_parameters
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.types import Problem, Verdict
@@ -81,15 +88,21 @@ class GRPOOptions:
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
-            raise ValueError(f"grpo.num_generations (N) must be >= 2 for group advantages, got {self.num_generations}")
+            raise ValueError(
+                f"grpo.num_generations (N) must be >= 2 for group advantages, got {self.num_generations}"
+            )
         if self.num_iterations < 1:
             raise ValueError(f"grpo.num_iterations (μ) must be >= 1, got {self.num_iterations}")
         if self.epsilon_low < 0 or self.epsilon_high < 0:
-            raise ValueError(f"grpo.epsilon_low/high must be >= 0, got {self.epsilon_low}/{self.epsilon_high}")
+            raise ValueError(
+                f"grpo.epsilon_low/high must be >= 0, got {self.epsilon_low}/{self.epsilon_high}"
+            )
         if self.kl_beta < 0:
             raise ValueError(f"grpo.kl_beta must be >= 0, got {self.kl_beta}")
         if self.loss_aggregation not in AGGREGATIONS:
-            raise ValueError(f"grpo.loss_aggregation must be one of {AGGREGATIONS}, got {self.loss_aggregation!r}")
+            raise ValueError(
+                f"grpo.loss_aggregation must be one of {AGGREGATIONS}, got {self.loss_aggregation!r}"
+            )
         if self.micro_batch_size < 0:
             raise ValueError(f"grpo.micro_batch_size must be >= 0, got {self.micro_batch_size}")
 
@@ -170,7 +183,9 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
-        self.save_hyperparameters(ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"])
+        self.save_hyperparameters(
+            ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
+        )
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the adapters only, not the frozen base
         self.model_name_or_path = model_name_or_path
@@ -209,6 +224,12 @@ class AgonModule(L.LightningModule):
         for p in self._trainable:
             p.requires_grad_(True)
 
+    def setup(self, stage: str) -> None:
+        # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
+        config = getattr(getattr(self.trainer, "strategy", None), "config", None)
+        if isinstance(config, dict) and self.max_grad_norm is not None:
+            config.setdefault("gradient_clipping", self.max_grad_norm)
+
     def configure_optimizers(self) -> Any:
         groups = [{"params": adapter_parameters(self.policy, n), "name": n} for n in self.adapter_names]
         optimizer = self.optimizer_factory(groups)
@@ -217,7 +238,9 @@ class AgonModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer)}}
 
     # ------------------------------------------------------------------ rollouts
-    def sample(self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False) -> RolloutBatch:
+    def sample(
+        self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False
+    ) -> RolloutBatch:
         """Sample with ``adapter`` (``None`` = the base with adapters disabled)."""
         with generating(self.policy):
             if adapter is None:
@@ -235,18 +258,25 @@ class AgonModule(L.LightningModule):
         grouped = [p for p in problems for _ in range(n)]
         draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
         draft_correct = torch.tensor([v.correct for v in draft_verdicts], dtype=torch.float32)
-        record = StepRecord(self.agon_step, problems, RoleRollout(drafter, drafts, draft_verdicts, draft_correct))
+        record = StepRecord(
+            self.agon_step, problems, RoleRollout(drafter, drafts, draft_verdicts, draft_correct)
+        )
         if self.game == "grpo":
             record.draft.rewards = self.reward(draft_correct).draft
             return record
         record.summaries = [
-            self.summarizer.summarize(text, p, bool(t)) for text, p, t in zip(drafts.texts, grouped, drafts.truncated)
+            self.summarizer.summarize(text, p, bool(t))
+            for text, p, t in zip(drafts.texts, grouped, drafts.truncated)
         ]
-        challenge_prompts = [self.prompts.challenge_prompt(self.tokenizer, p, s) for p, s in zip(grouped, record.summaries)]
+        challenge_prompts = [
+            self.prompts.challenge_prompt(self.tokenizer, p, s) for p, s in zip(grouped, record.summaries)
+        ]
         challenges = self.sample(challenger, challenge_prompts, 1)
         challenge_verdicts = self.verifier.verify_batch(challenges.texts, grouped)
         challenge_correct = torch.tensor([v.correct for v in challenge_verdicts], dtype=torch.float32)
-        rewards = self.reward(draft_correct, challenge_correct, drafts.lengths.cpu(), challenges.lengths.cpu())
+        rewards = self.reward(
+            draft_correct, challenge_correct, drafts.lengths.cpu(), challenges.lengths.cpu()
+        )
         record.draft.rewards = rewards.draft
         record.challenge = RoleRollout(challenger, challenges, challenge_verdicts, rewards.challenge)
         return record
@@ -255,11 +285,15 @@ class AgonModule(L.LightningModule):
     def _logprobs(self, adapter: str | None, rb: RolloutBatch) -> tuple[Tensor, Tensor]:
         if adapter is None:
             with self.policy.disable_adapter():
-                hidden = completion_hidden_states(self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
+                hidden = completion_hidden_states(
+                    self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask
+                )
                 return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids,
                                       self._temperature, self.grpo.logprob_chunk_size)  # fmt: skip
         activate(self.policy, adapter, self._trainable)
-        hidden = completion_hidden_states(self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
+        hidden = completion_hidden_states(
+            self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask
+        )
         return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids, self._temperature,
                               self.grpo.logprob_chunk_size)  # fmt: skip
 
@@ -273,7 +307,9 @@ class AgonModule(L.LightningModule):
             mask = mask * (~rb.truncated).long().unsqueeze(1)
         return mask
 
-    def _role_loss(self, role: RoleRollout, rows: slice, norm: LossNormalizer) -> tuple[Tensor, dict[str, Tensor]]:
+    def _role_loss(
+        self, role: RoleRollout, rows: slice, norm: LossNormalizer
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         rb = role.rollouts.select(rows)
         logp, entropy = self._logprobs(role.adapter, rb)
         old = logp.detach() if role.old_logp is None else role.old_logp[rows]
@@ -294,7 +330,9 @@ class AgonModule(L.LightningModule):
         total = len(roles[0].rollouts)
         mb = self.grpo.micro_batch_size or total
         norms = [
-            LossNormalizer(len(r.rollouts), int(self._loss_mask(r.rollouts).sum()), self.rollout.max_new_tokens)
+            LossNormalizer(
+                len(r.rollouts), int(self._loss_mask(r.rollouts).sum()), self.rollout.max_new_tokens
+            )
             for r in roles
         ]
         if self.grpo.num_iterations > 1:  # the sampling policy's log-probs, before any update
@@ -313,7 +351,9 @@ class AgonModule(L.LightningModule):
                     share = min(mb, total - start) / total / len(roles) / self.grpo.num_iterations
                     for k, v in stats.items():
                         stats_sum[k] = stats_sum.get(k, 0.0) + float(v) * share
-                    stats_sum["loss"] = stats_sum.get("loss", 0.0) + float(role_loss.detach()) / self.grpo.num_iterations
+                    stats_sum["loss"] = (
+                        stats_sum.get("loss", 0.0) + float(role_loss.detach()) / self.grpo.num_iterations
+                    )
                 self.manual_backward(loss)
             if self.max_grad_norm is not None:
                 self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
@@ -350,7 +390,8 @@ class AgonModule(L.LightningModule):
         datamodule = self.trainer.datamodule
         if datamodule is None or self.trainer.limit_val_batches == 0:
             return
-        metrics = self.evaluator.run(self, datamodule.val_dataloader())
+        with full_parameters(self.trainer):
+            metrics = self.evaluator.run(self, datamodule.val_dataloader())
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.global_step)
         self.evaluator.history.append((self.global_step, metrics))
@@ -361,7 +402,9 @@ class AgonModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         # The final point of the curve, unless the last validation already ran at this step.
-        if self.validate_at_start and (not self.evaluator.history or self.evaluator.history[-1][0] != self.global_step):
+        if self.validate_at_start and (
+            not self.evaluator.history or self.evaluator.history[-1][0] != self.global_step
+        ):
             self._evaluate_outside_loop()
 
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:

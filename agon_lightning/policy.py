@@ -63,7 +63,9 @@ def resolve_model_path(name: str) -> str:
     path = Path(str(resources.files("agon_lightning") / "assets" / asset))
     if not (path / "config.json").is_file():
         available = sorted(p.name for p in path.parent.iterdir() if (p / "config.json").is_file())
-        raise FileNotFoundError(f"no embedded model {name!r}; available: {[EMBEDDED_PREFIX + a for a in available]}")
+        raise FileNotFoundError(
+            f"no embedded model {name!r}; available: {[EMBEDDED_PREFIX + a for a in available]}"
+        )
     return str(path)
 
 
@@ -92,13 +94,21 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
         root = Path(opts.init_from)
         missing = [n for n in names if not (root / n / "adapter_config.json").is_file()]
         if missing:
-            raise FileNotFoundError(f"lora.init_from={str(root)!r} lacks adapters {missing} (expected NAME/adapter_config.json)")
-        model = PeftModel.from_pretrained(base, str(root / names[0]), adapter_name=names[0], is_trainable=True)
+            raise FileNotFoundError(
+                f"lora.init_from={str(root)!r} lacks adapters {missing} (expected NAME/adapter_config.json)"
+            )
+        model = PeftModel.from_pretrained(
+            base, str(root / names[0]), adapter_name=names[0], is_trainable=True
+        )
         for name in names[1:]:
             model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
         return model
     config = LoraConfig(
-        r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, target_modules=opts.target_modules, bias="none"
+        r=opts.r,
+        lora_alpha=opts.alpha,
+        lora_dropout=opts.dropout,
+        target_modules=opts.target_modules,
+        bias="none",
     )
     model = get_peft_model(base, config, adapter_name=names[0])
     for name in names[1:]:
@@ -143,8 +153,9 @@ def generating(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def completion_hidden_states(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor,
-                             completion_ids: Tensor, completion_mask: Tensor) -> Tensor:
+def completion_hidden_states(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+) -> Tensor:
     """Final hidden states at the positions that predict each completion token: ``[B, T, H]``.
 
     Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
@@ -155,7 +166,9 @@ def completion_hidden_states(model: nn.Module, prompt_ids: Tensor, prompt_mask: 
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
     decoder = model.get_base_model().get_decoder()
-    hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).last_hidden_state
+    hidden = decoder(
+        input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
+    ).last_hidden_state
     prompt_len = prompt_ids.shape[1]
     return hidden[:, prompt_len - 1 : -1]  # [B, T, H]
 

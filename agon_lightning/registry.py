@@ -42,8 +42,12 @@ def load_plugins() -> dict[str, dict[str, type]]:
             try:
                 obj = ep.load()
             except Exception as err:
-                raise ImportError(f"entry point {ep.name!r} = {ep.value!r} in group {group!r} failed to import: {err}") from err
+                raise ImportError(
+                    f"entry point {ep.name!r} = {ep.value!r} in group {group!r} failed to import: {err}"
+                ) from err
             if not (isinstance(obj, type) and issubclass(obj, base)):
-                raise TypeError(f"entry point {ep.name!r} = {ep.value!r} in group {group!r} is not a {base.__name__} subclass")
+                raise TypeError(
+                    f"entry point {ep.name!r} = {ep.value!r} in group {group!r} is not a {base.__name__} subclass"
+                )
             found[group][ep.name] = obj
     return found

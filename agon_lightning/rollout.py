@@ -89,7 +89,9 @@ class HFRollout(Rollout):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}")
+            raise ValueError(
+                f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}"
+            )
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         if top_k < 0 or max_batch_size < 0:
@@ -118,15 +120,22 @@ class HFRollout(Rollout):
         if greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
-            kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None)
+            kwargs.update(
+                do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None
+            )
         step = self.max_batch_size or ids.shape[0]
         pieces = []
         for start in range(0, ids.shape[0], step):
-            out = model.generate(input_ids=ids[start : start + step], attention_mask=attn[start : start + step], **kwargs)
+            out = model.generate(
+                input_ids=ids[start : start + step], attention_mask=attn[start : start + step], **kwargs
+            )
             pieces.append(out[:, ids.shape[1] :])
         width = max(p.shape[1] for p in pieces)
         completion = torch.cat(
-            [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=tokenizer.pad_token_id) for p in pieces]
+            [
+                torch.nn.functional.pad(p, (0, width - p.shape[1]), value=tokenizer.pad_token_id)
+                for p in pieces
+            ]
         )  # [B, T]
         mask, truncated = completion_mask(completion, eos_ids)
         # generate() pads finished rows with pad == eos for many tokenizers: the mask handles it.

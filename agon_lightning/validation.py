@@ -74,8 +74,13 @@ class CascadeEvaluator(nn.Module):
             drafts[key] = (rb, verdicts)
         for key, drafter, answerer in self.cascades:
             rb, _ = drafts[drafter]
-            summaries = [module.summarizer.summarize(t, p, bool(tr)) for t, p, tr in zip(rb.texts, problems, rb.truncated)]
-            second = [module.prompts.challenge_prompt(module.tokenizer, p, s) for p, s in zip(problems, summaries)]
+            summaries = [
+                module.summarizer.summarize(t, p, bool(tr))
+                for t, p, tr in zip(rb.texts, problems, rb.truncated)
+            ]
+            second = [
+                module.prompts.challenge_prompt(module.tokenizer, p, s) for p, s in zip(problems, summaries)
+            ]
             final = module.sample(answerer, second, 1, greedy=True)
             verdicts = module.verifier.verify_batch(final.texts, problems)
             self._add(key, [v.correct for v in verdicts], final.lengths)

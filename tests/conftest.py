@@ -23,7 +23,9 @@ def build_char_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|end|>", pad_token="<|pad|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", eos_token="<|end|>", pad_token="<|pad|>"
+    )
     fast.add_tokens(["<think>", "</think>", "<answer>", "</answer>", "<|user|>", "<|assistant|>"])
     fast.chat_template = CHAT_TEMPLATE
     return fast

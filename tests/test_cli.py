@@ -11,7 +11,11 @@ import agon_lightning.registry as registry
 from agon_lightning.cli import AgonCLI, main
 
 ROOT = Path(__file__).resolve().parents[1]
-FIT_CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p.parent.name not in ("strategy",) and not p.name.startswith("sft"))
+FIT_CONFIGS = sorted(
+    p
+    for p in (ROOT / "configs").rglob("*.yaml")
+    if p.parent.name not in ("strategy",) and not p.name.startswith("sft")
+)
 STRATEGIES = sorted((ROOT / "configs" / "strategy").glob("*.yaml"))
 
 
@@ -59,9 +63,15 @@ def test_third_party_verifier_from_an_entry_point(tmp_path, tiny_model_dir, monk
     sys.modules.pop("my_agon_plugin", None)
     real = registry.entry_points
     plugin = EntryPoint("parity", "my_agon_plugin:ParityVerifier", "agon_lightning.verifiers")
-    monkeypatch.setattr(registry, "entry_points", lambda group: [*real(group=group), *([plugin] if group == plugin.group else [])])
+    monkeypatch.setattr(
+        registry,
+        "entry_points",
+        lambda group: [*real(group=group), *([plugin] if group == plugin.group else [])],
+    )
     config = tmp_path / "plugin.yaml"
-    config.write_text("model:\n  verifier:\n    class_path: ParityVerifier\n    init_args:\n      even: false\n")
+    config.write_text(
+        "model:\n  verifier:\n    class_path: ParityVerifier\n    init_args:\n      even: false\n"
+    )
     cli = AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), "--config", str(config),
                         f"--model.model_name_or_path={tiny_model_dir}"], run=False)  # fmt: skip
     assert type(cli.model.verifier).__name__ == "ParityVerifier" and cli.model.verifier.even is False
@@ -87,7 +97,10 @@ def test_bad_values_fail_at_parse_time_naming_the_value(override, needle, capsys
 
 def test_negative_conversion_bonus_fails_at_start():
     with pytest.raises(ValueError, match="conversion_bonus must be >= 0, got -1"):
-        AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), "--model.reward.conversion_bonus=-1"], run=False)
+        AgonCLI(
+            args=["--config", str(ROOT / "configs/agon.yaml"), "--model.reward.conversion_bonus=-1"],
+            run=False,
+        )
 
 
 @pytest.mark.slow

@@ -3,7 +3,13 @@ import math
 import pytest
 import torch
 
-from agon_lightning.grpo import LossNormalizer, aggregate, clipped_policy_loss, group_advantages, token_logprobs
+from agon_lightning.grpo import (
+    LossNormalizer,
+    aggregate,
+    clipped_policy_loss,
+    group_advantages,
+    token_logprobs,
+)
 
 
 def test_group_advantages_hand_computed():
@@ -84,7 +90,9 @@ def test_clipping_hand_computed():
     old = torch.zeros(1, 2)
     logp = torch.log(torch.tensor([[1.5, 0.5]]))  # ratios 1.5 and 0.5
     mask = torch.ones(1, 2)
-    loss, stats = clipped_policy_loss(logp, old, torch.tensor([1.0]), mask, _norm(mask), eps_low=0.2, eps_high=0.3)
+    loss, stats = clipped_policy_loss(
+        logp, old, torch.tensor([1.0]), mask, _norm(mask), eps_low=0.2, eps_high=0.3
+    )
     # positive advantage: min(1.5, 1.3) = 1.3 and min(0.5, 0.8) = 0.5
     assert loss.item() == pytest.approx(-(1.3 + 0.5) / 2)
     assert stats["clip_fraction"].item() == pytest.approx(0.5)

@@ -30,7 +30,9 @@ class RankReward:
     """Rewards by position in the batch, so every step has a learning signal."""
 
     def __call__(self, a, b=None, la=None, lb=None):
-        return RoleRewards(draft=torch.arange(a.numel()).float(), challenge=torch.arange(a.numel()).flip(0).float())
+        return RoleRewards(
+            draft=torch.arange(a.numel()).float(), challenge=torch.arange(a.numel()).flip(0).float()
+        )
 
 
 def fit(module, steps, tmp_path):
@@ -101,7 +103,9 @@ def test_grpo_game_trains_one_adapter(tiny_model_dir, tmp_path):
 
 
 def test_kl_and_multiple_iterations_and_micro_batches_run(tiny_model_dir, tmp_path):
-    opts = GRPOOptions(num_generations=2, kl_beta=0.1, num_iterations=2, micro_batch_size=2, mask_truncated=True)
+    opts = GRPOOptions(
+        num_generations=2, kl_beta=0.1, num_iterations=2, micro_batch_size=2, mask_truncated=True
+    )
     module = make_module(tiny_model_dir, grpo=opts)
     fit(module, 1, tmp_path)
     assert module.agon_step == 1
@@ -119,7 +123,9 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_model_dir, tmp_path):
 
         class Grab(L.Callback):
             def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-                captured.update({n: p.grad.clone() for n, p in pl_module.policy.named_parameters() if p.grad is not None})
+                captured.update(
+                    {n: p.grad.clone() for n, p in pl_module.policy.named_parameters() if p.grad is not None}
+                )
 
         dm = ReasoningGymDataModule(train_size=20, val_size=2, batch_size=2)
         L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False, enable_checkpointing=False,

@@ -20,7 +20,9 @@ def test_wheel_contains_callbacks_package_and_entry_points(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "agon_lightning/callbacks/__init__.py" in names
     assert not any(n.startswith("callbacks/") for n in names), "callbacks/ must install under agon_lightning"
-    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    entry_points = (
+        zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    )
     for group in ("agon_lightning.verifiers", "agon_lightning.summarizers", "agon_lightning.rewards",
                   "agon_lightning.rollouts", "console_scripts"):  # fmt: skip
         assert f"[{group}]" in entry_points

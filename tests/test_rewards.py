@@ -31,7 +31,10 @@ def test_correctness_reward_is_plain_correctness():
     assert CorrectnessReward()(torch.tensor([1.0])).challenge is None
 
 
-@pytest.mark.parametrize("kwargs,name", [({"conversion_bonus": -1.0}, "conversion_bonus"), ({"length_tiebreak": -0.5}, "length_tiebreak")])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [({"conversion_bonus": -1.0}, "conversion_bonus"), ({"length_tiebreak": -0.5}, "length_tiebreak")],
+)
 def test_negative_coefficients_are_rejected(kwargs, name):
     with pytest.raises(ValueError, match=name):
         CompetitiveReward(**kwargs)

@@ -27,10 +27,16 @@ def generate_problems(tasks: dict[str, dict[str, Any]], size: int, seed: int) ->
         try:
             dataset = reasoning_gym.create_dataset(name, size=count, seed=seed + k, **tasks[name])
         except Exception as err:
-            raise ValueError(f"reasoning-gym could not build task {name!r} with {tasks[name]!r}: {err}") from err
+            raise ValueError(
+                f"reasoning-gym could not build task {name!r} with {tasks[name]!r}: {err}"
+            ) from err
         for entry in dataset:
             problems.append(
-                Problem(question=entry["question"], answer=str(entry["answer"]), metadata={"task": name, "entry": entry})
+                Problem(
+                    question=entry["question"],
+                    answer=str(entry["answer"]),
+                    metadata={"task": name, "entry": entry},
+                )
             )
     return problems
 
@@ -59,7 +65,9 @@ class ReasoningGymDataModule(ProblemDataModule):
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
-        super().__init__(batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers)
+        super().__init__(
+            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
+        )
         if data_seed == val_seed:
             raise ValueError(f"val_seed must differ from data_seed (both {data_seed})")
         if train_size < batch_size:
@@ -75,4 +83,8 @@ class ReasoningGymDataModule(ProblemDataModule):
 
     def load_train(self) -> list[Problem]:
         held_out = {p.question for p in self.load_val()}
-        return [p for p in generate_problems(self.tasks, self.train_size, self.data_seed) if p.question not in held_out]
+        return [
+            p
+            for p in generate_problems(self.tasks, self.train_size, self.data_seed)
+            if p.question not in held_out
+        ]

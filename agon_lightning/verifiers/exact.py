@@ -28,9 +28,13 @@ class ExactMatchVerifier(Verifier):
 
     def verify(self, completion: str, problem: Problem) -> Verdict:
         if problem.answer is None:
-            raise ValueError(f"ExactMatchVerifier needs a gold answer; problem {problem.question[:60]!r} has none")
+            raise ValueError(
+                f"ExactMatchVerifier needs a gold answer; problem {problem.question[:60]!r} has none"
+            )
         answer = extract_answer(completion)
         if answer is None:
             return Verdict(correct=False, score=0.0, reason="no_answer")
-        ok = normalize_answer(answer, self.case_sensitive) == normalize_answer(problem.answer, self.case_sensitive)
+        ok = normalize_answer(answer, self.case_sensitive) == normalize_answer(
+            problem.answer, self.case_sensitive
+        )
         return Verdict(correct=ok, score=float(ok), reason="ok" if ok else "wrong_answer", extracted=answer)

@@ -46,7 +46,9 @@ class ReasoningGymVerifier(Verifier):
         try:
             score = float(_scorer(task)(answer, entry))
         except Exception as err:  # a scorer crashing on model output is a wrong answer
-            return Verdict(correct=False, score=0.0, reason=f"scorer_error: {type(err).__name__}", extracted=answer)
+            return Verdict(
+                correct=False, score=0.0, reason=f"scorer_error: {type(err).__name__}", extracted=answer
+            )
         score = min(max(score, 0.0), 1.0)
         ok = score >= self.threshold
         return Verdict(correct=ok, score=score, reason="ok" if ok else "wrong_answer", extracted=answer)
