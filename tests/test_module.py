@@ -122,7 +122,7 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_model_dir, tmp_path):
         module.optimizer_factory = lambda params: torch.optim.SGD(params, lr=0.0)
 
         class Grab(L.Callback):
-            def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            def on_before_optimizer_step(self, trainer, pl_module, optimizer, captured=captured):
                 captured.update(
                     {n: p.grad.clone() for n, p in pl_module.policy.named_parameters() if p.grad is not None}
                 )
