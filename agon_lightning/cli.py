@@ -51,11 +51,17 @@ class AgonCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
 
-SUBCOMMANDS = {"sft": "agon_lightning.sft:sft_main"}
+SUBCOMMANDS = {
+    "sft": "agon_lightning.sft:sft_main",
+    "sweep": "agon_lightning.sweep:sweep_main",
+    "predict": "agon_lightning.predict:predict_main",
+    "export": "agon_lightning.export:export_main",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``agon`` console script."""
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         module_name, func = SUBCOMMANDS[argv[0]].split(":")
@@ -63,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
 
         getattr(importlib.import_module(module_name), func)(argv[1:])
         return
-    AgonCLI(args=argv or None)
+    # From the console script LightningCLI reads sys.argv itself (passing both warns).
+    AgonCLI(args=None if from_command_line else argv)
 
 
 if __name__ == "__main__":

@@ -40,30 +40,32 @@ def thinking_part(text: str) -> str:
 def last_boxed_span(text: str) -> tuple[int, int, str] | None:
     """``(start, end, content)`` of the last brace-balanced ``\\boxed{…}`` (or ``\\fbox{…}``).
 
-    ``text[start:end]`` is the whole ``\\boxed{…}`` span. Unbalanced braces → ``None``.
+    ``text[start:end]`` is the whole ``\\boxed{…}`` span. Unbalanced braces → ``None``. One
+    pass matches every brace, so adversarial text (thousands of unclosed boxes) stays linear.
     """
-    starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        open_brace = text.index("{", start)
-        depth = 0
-        for i in range(open_brace, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return start, i + 1, text[open_brace + 1 : i]
+    starts = [(m.start(), m.end() - 1) for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    if not starts:
+        return None
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            closing[stack.pop()] = i
+    for start, open_brace in reversed(starts):
+        end = closing.get(open_brace)
+        if end is not None:
+            return start, end + 1, text[open_brace + 1 : end]
     return None
 
 
 def answer_tag_span(text: str) -> tuple[int, int, str] | None:
     """``(start, end, content)`` of the last ``<answer>…</answer>`` block."""
-    match = None
-    for match in _ANSWER_TAG.finditer(text):
-        pass
-    if match is None:
+    matches = list(_ANSWER_TAG.finditer(text))
+    if not matches:
         return None
-    return match.start(), match.end(), match.group(1)
+    return matches[-1].start(), matches[-1].end(), matches[-1].group(1)
 
 
 def extract_answer(text: str) -> str | None:
