@@ -6,7 +6,7 @@ graded score is kept in :attr:`Verdict.score`, the 0/1 verdict is ``score >= thr
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from agon_lightning.text import extract_answer
@@ -14,7 +14,7 @@ from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 
-@lru_cache(maxsize=None)
+@cache
 def _scorer(task: str) -> Any:
     import reasoning_gym
 

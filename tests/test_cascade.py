@@ -1,0 +1,226 @@
+"""The deployed cascade: it reproduces validation exactly, votes over k samples, names bad input."""
+
+import csv
+import hashlib
+import json
+
+import lightning as L
+import pytest
+import torch
+from conftest import build_char_tokenizer, build_tiny_model
+from lightning.pytorch.loggers import CSVLogger
+
+from agon_lightning.bundle import save_bundle
+from agon_lightning.cascade import Cascade, canonical_base, majority_vote
+from agon_lightning.cli import main
+from agon_lightning.data.files import write_problems
+from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+from agon_lightning.module import AgonModule, GRPOOptions
+from agon_lightning.policy import LoraOptions
+from agon_lightning.rollout import HFRollout
+from agon_lightning.types import Problem, Verdict
+from agon_lightning.verifiers.base import Verifier
+
+VAL_SIZE, VAL_BATCH = 8, 4  # k/8 is exact in float32, so logged and recomputed pass@1 compare with ==
+
+
+class HashParityVerifier(Verifier):
+    """Correct when the first byte of the completion's SHA-256 is even: about half right on an untrained model, and
+    any change to any character flips the verdict half the time, so equal pass@1 means equal text."""
+
+    def verify(self, completion: str, problem: Problem) -> Verdict:
+        ok = hashlib.sha256(completion.encode()).digest()[0] % 2 == 0
+        return Verdict(correct=ok, score=float(ok), reason="ok" if ok else "wrong_answer")
+
+
+@pytest.fixture(scope="module")
+def noisy_model_dir(tmp_path_factory):
+    """A tiny Qwen3 with weights large enough that greedy text varies from prompt to prompt."""
+    path = tmp_path_factory.mktemp("noisy-qwen3")
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, seed=4)
+    generator = torch.Generator().manual_seed(4)
+    for param in model.parameters():
+        param.data.add_(torch.randn(param.shape, generator=generator))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def make_module(model_dir):
+    return AgonModule(
+        model_name_or_path=str(model_dir),
+        lora=LoraOptions(r=2, target_modules=["q_proj", "v_proj"], beta_init_std=0.3),
+        grpo=GRPOOptions(num_generations=2),
+        rollout=HFRollout(max_new_tokens=12),
+        verifier=HashParityVerifier(),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+        validate_at_start=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(noisy_model_dir, tmp_path_factory):
+    """Two game steps, validation after them logged to CSV, then a bundle."""
+    root = tmp_path_factory.mktemp("fit")
+    module = make_module(noisy_model_dir)
+    dm = ReasoningGymDataModule(train_size=20, val_size=VAL_SIZE, batch_size=2, val_batch_size=VAL_BATCH)
+    trainer = L.Trainer(
+        max_epochs=1, limit_train_batches=2, num_sanity_val_steps=0, logger=CSVLogger(root), accelerator="cpu",
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+    )  # fmt: skip
+    trainer.fit(module, dm)
+    heldout = write_problems(dm.val_problems, root / "heldout.jsonl")  # with reasoning-gym's metadata
+    (metrics_file,) = root.rglob("metrics.csv")
+    logged = [r for r in csv.DictReader(metrics_file.open()) if r.get("val/cascade_ab/pass@1")]
+    return module, save_bundle(module, root / "bundle"), heldout, logged
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_predict_reproduces_the_logged_cascade_pass_at_1(fitted, tmp_path, capsys):
+    module, bundle, heldout, logged = fitted
+    assert [int(r["step"]) for r in logged] == [2]  # after the last step
+    final = logged[-1]
+    last_batch = module.evaluator.last_outputs  # the texts of validation's last batch
+    for drafter, key in (("alpha", "cascade_ab"), ("beta", "cascade_ba")):
+        out = tmp_path / f"{key}.jsonl"
+        main(["predict", "--bundle", str(bundle), "--input", str(heldout), "--output", str(out),
+              "--drafter", drafter, "--batch-size", str(VAL_BATCH)])  # fmt: skip
+        records = read_jsonl(out)
+        correct = [r["verdict"]["correct"] for r in records]
+        assert len(correct) == VAL_SIZE and 0 < sum(correct) < VAL_SIZE, "a verdict that cannot discriminate"
+        assert sum(correct) / VAL_SIZE == float(final[f"val/{key}/pass@1"]), key
+        assert [r["final"] for r in records[-VAL_BATCH:]] == [o[key]["text"] for o in last_batch]
+        assert f"pass@1 {sum(correct)}/{VAL_SIZE}" in capsys.readouterr().out
+
+
+def test_lightning_predict_gives_the_same_records(fitted, noisy_model_dir, tmp_path):
+    _, bundle, heldout, _ = fitted
+    config = tmp_path / "predict.yaml"
+    config.write_text(f"""
+trainer: {{accelerator: cpu, logger: false, enable_progress_bar: false, default_root_dir: {tmp_path}}}
+model:
+  model_name_or_path: {noisy_model_dir}
+  lora: {{init_from: {bundle}}}
+  rollout: {{class_path: agon_lightning.rollout.HFRollout, init_args: {{max_new_tokens: 12}}}}
+  verifier: {{class_path: test_cascade.HashParityVerifier}}
+data:
+  class_path: agon_lightning.data.files.FileProblemDataModule
+  init_args: {{train_source: {heldout}, val_source: {heldout}, val_batch_size: {VAL_BATCH}}}
+""")
+    main(["predict", "--config", str(config), "--trainer.callbacks+=agon_lightning.predict.JsonlPredictionWriter",
+          f"--trainer.callbacks.output={tmp_path / 'lightning.jsonl'}"])  # fmt: skip
+    main(["predict", "--bundle", str(bundle), "--input", str(heldout), "--output", str(tmp_path / "bundle.jsonl"),
+          "--batch-size", str(VAL_BATCH)])  # fmt: skip
+    lightning_records, bundle_records = (
+        read_jsonl(tmp_path / "lightning.jsonl"),
+        read_jsonl(tmp_path / "bundle.jsonl"),
+    )
+    assert [r["index"] for r in lightning_records] == list(range(VAL_SIZE))
+    for r in bundle_records:
+        del r["source"]
+    assert lightning_records == bundle_records
+
+
+def test_greedy_outputs_do_not_depend_on_batching(fitted):
+    _, bundle, heldout, _ = fitted
+    cascade = Cascade.from_pretrained(bundle)
+    questions = [json.loads(line)["question"] for line in heldout.read_text().splitlines()]
+    one_by_one = [r.final.final for r in cascade.solve(questions, batch_size=1)]
+    assert [r.final.final for r in cascade.solve(questions, batch_size=VAL_SIZE)] == one_by_one
+    assert len(set(one_by_one)) > 1
+
+
+def test_k_samples_are_voted_and_reproducible(fitted):
+    _, bundle, _, _ = fitted
+    cascade = Cascade.from_pretrained(bundle, device="cpu")
+    results = cascade.solve(["12+30=", "7+8="], drafter="beta", k=3, seed=1)
+    assert [len(r.samples) for r in results] == [3, 3]
+    assert all(r.drafter == "beta" and r.answerer == "alpha" and r.verdict is None for r in results)
+    drafts = [s.draft for r in results for s in r.samples]
+    assert len(set(drafts)) > 1, "k > 1 must sample, not repeat the greedy draft"
+    for r in results:
+        assert r.chosen == majority_vote([s.extracted for s in r.samples])[0]
+        record = r.to_dict()
+        assert record["final"] == r.samples[r.chosen].final and len(record["samples"]) == 3
+    again = cascade.solve(["12+30=", "7+8="], drafter="beta", k=3, seed=1)
+    assert [s.final for r in again for s in r.samples] == [s.final for r in results for s in r.samples]
+
+
+def test_majority_vote_most_common_then_earliest_and_none_abstains():
+    assert majority_vote(["1", "2", "2", None]) == (1, {"1": 1, "2": 2})
+    assert majority_vote([None, "7", " 8.", "8"]) == (2, {"7": 1, "8": 2})  # "8." and "8" normalise alike
+    assert majority_vote(["a", "b", "B", "A"]) == (0, {"a": 2, "b": 2})  # a tie goes to the earliest
+    assert majority_vote([None, None]) == (0, {})
+
+
+def test_bad_rows_are_reported_and_the_others_solved(fitted, tmp_path, capsys):
+    _, bundle, _, _ = fitted
+    source = tmp_path / "mixed.jsonl"
+    source.write_text(
+        '{"question": "1+2=", "answer": "3"}\n{"question": \n{"question": ""}\n{"question": "4+4="}\n'
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "predict",
+                "--bundle",
+                str(bundle),
+                "--input",
+                str(source),
+                "--output",
+                str(tmp_path / "o.jsonl"),
+            ]
+        )
+    assert exit_info.value.code == 1
+    records = read_jsonl(tmp_path / "o.jsonl")
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    assert records[1]["error"].startswith(f"{source}:2: not valid JSON")
+    assert records[2]["error"] == f"{source}:3: empty question in field 'question'"
+    assert records[0]["verdict"] is not None and records[3]["verdict"] is None and "final" in records[3]
+    assert "2 input rows could not be read" in capsys.readouterr().err
+
+
+def test_broken_bundles_fail_with_a_clear_message(fitted, tmp_path):
+    import shutil
+
+    _, bundle, _, _ = fitted
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    (copy / "beta" / "adapter_model.safetensors").unlink()
+    with pytest.raises(
+        FileNotFoundError, match=r"adapter 'beta' has no weights: .*beta/adapter_model.safetensors"
+    ):
+        Cascade.from_pretrained(copy)
+    shutil.rmtree(copy / "beta")
+    with pytest.raises(
+        FileNotFoundError, match=r"names adapter 'beta' but .*beta/adapter_config.json is missing"
+    ):
+        Cascade.from_pretrained(copy)
+    shutil.copytree(bundle / "beta", copy / "beta")
+    config = json.loads((copy / "alpha" / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "someone/other-model"
+    (copy / "alpha" / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError, match=r"trained on 'someone/other-model', but .*agon.json names base_model"
+    ):
+        Cascade.from_pretrained(copy)
+
+
+def test_a_shipped_base_matches_itself_on_any_install():
+    # PEFT records the resolved path; agon.json records agon:NAME. Both mean the same model anywhere.
+    assert canonical_base("/opt/env/site-packages/agon_lightning/assets/tiny-qwen3") == "agon:tiny-qwen3"
+    assert canonical_base("agon:tiny-qwen3") == "agon:tiny-qwen3"
+    assert canonical_base("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B" != canonical_base("Qwen/Qwen3-1.7B")
+
+
+def test_api_rejects_empty_questions_and_unknown_drafters(fitted):
+    _, bundle, _, _ = fitted
+    cascade = Cascade.from_pretrained(bundle)
+    with pytest.raises(ValueError, match="problem 1 has an empty question"):
+        cascade.solve(["1+1=", "  "])
+    with pytest.raises(ValueError, match=r"drafter must be one of \['alpha', 'beta'\], got 'gamma'"):
+        cascade.solve(["1+1="], drafter="gamma")
