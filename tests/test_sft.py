@@ -1,0 +1,178 @@
+"""SFT: example building, loss masking, a few training steps, stopping on a threshold, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agon_lightning.prompts import Prompts
+from agon_lightning.rollout import HFRollout
+from agon_lightning.sft import (
+    SFTCLI,
+    SFTDataModule,
+    SFTModule,
+    StopAtThreshold,
+    build_examples,
+    encode_sft_batch,
+    eval_examples,
+)
+from agon_lightning.text import extract_answer
+from agon_lightning.tiny import TinyArchitecture, build_tokenizer
+
+TASKS = {"chain_sum": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
+CHALLENGE = "{question}\nRival: {summary}"
+SMALL = TinyArchitecture(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft_tiny.yaml"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread; more only contend on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data() -> SFTDataModule:
+    dm = SFTDataModule(tasks=TASKS, train_size=256, val_size=8, batch_size=16, val_batch_size=16)
+    dm.setup()
+    return dm
+
+
+def small_module(**kwargs) -> SFTModule:
+    torch.manual_seed(0)
+    return SFTModule(
+        architecture=SMALL,
+        prompts=Prompts(challenge=CHALLENGE),
+        rollout=HFRollout(max_new_tokens=8),
+        **kwargs,
+    )
+
+
+def test_examples_mix_roles_and_rivals(data: SFTDataModule) -> None:
+    examples = build_examples(data.train_problems, challenge_fraction=0.5, wrong_rival_fraction=0.5, seed=0)
+    assert examples == build_examples(data.train_problems, 0.5, 0.5, seed=0)
+    kinds = [e.kind for e in examples]
+    assert 0.35 < kinds.count("draft") / len(kinds) < 0.65
+    assert kinds.count("challenge_right") > 0 and kinds.count("challenge_wrong") > 0
+    for e in examples:
+        assert extract_answer(e.target) == e.problem.answer  # the target is always right
+        if e.kind == "challenge_wrong":
+            assert extract_answer(e.rival_draft) != e.problem.answer
+        if e.kind == "challenge_right":
+            assert e.rival_draft == e.target
+    assert {e.kind for e in build_examples(data.train_problems, 0.0, 0.5, seed=0)} == {"draft"}
+
+
+def test_eval_examples_cover_each_problem_in_both_roles(data: SFTDataModule) -> None:
+    examples = eval_examples(data.val_problems, seed=0)
+    n = len(data.val_problems)
+    assert [e.kind for e in examples] == ["draft"] * n + ["challenge_right", "challenge_wrong"] * (n // 2)
+    assert not {p.question for p in data.val_problems} & {p.question for p in data.train_problems}
+
+
+def test_loss_covers_the_completion_only() -> None:
+    tokenizer = build_tokenizer()
+    enc = encode_sft_batch(tokenizer, ["ab", "abcd"], ["<think>1</think>", "2"])
+    assert enc["input_ids"].shape == (2, 6)
+    # Row 0: 2 prompt tokens, 3 target tokens, EOS; row 1: 4 prompt tokens, 1 target token, EOS.
+    assert enc["labels"][0].tolist()[:2] == [-100, -100] and enc["labels"][0, -1] == tokenizer.eos_token_id
+    assert enc["labels"][1].tolist() == [-100] * 4 + [enc["input_ids"][1, 4].item(), tokenizer.eos_token_id]
+    assert enc["attention_mask"].tolist() == [[1] * 6, [1] * 6]
+    short = encode_sft_batch(tokenizer, ["a"], ["1"]) | {}
+    padded = encode_sft_batch(tokenizer, ["a", "abcd"], ["1", "2"])
+    assert padded["input_ids"][0, 3:].tolist() == [tokenizer.pad_token_id] * 3
+    assert padded["labels"][0, 3:].tolist() == [-100] * 3
+    assert torch.equal(padded["labels"][0, :3], short["labels"][0])
+
+
+def test_prompts_are_the_ones_rl_sends(data: SFTDataModule) -> None:
+    module = small_module()
+    example = next(e for e in build_examples(data.train_problems, 1.0, 1.0, seed=0))
+    summary = example.rival_draft.split("</think>")[1].split("<answer>")[0]
+    assert module.prompt(example) == Prompts(challenge=CHALLENGE).challenge_prompt(
+        module.tokenizer, example.problem, summary
+    )
+    assert module.prompt(example).endswith(f"\nRival: {summary}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_few_steps_lower_the_loss(data: SFTDataModule) -> None:
+    module = small_module(learning_rate=3e-3, warmup_steps=0)
+    optimizer = module.configure_optimizers()["optimizer"]
+    batch = next(iter(data.train_dataloader()))
+    losses = []
+    for step in range(15):
+        loss = module.training_step(batch, step)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def fit(module: SFTModule, data: SFTDataModule, callback: StopAtThreshold, tmp_path: Path) -> L.Trainer:
+    trainer = L.Trainer(
+        max_steps=6, val_check_interval=3, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=data)
+    return trainer
+
+
+def test_stops_at_the_evaluation_that_crosses_the_threshold(data: SFTDataModule, tmp_path: Path) -> None:
+    module = small_module(output_dir=str(tmp_path / "model"))
+    callback = StopAtThreshold(monitor="val/truncated", threshold=1.0, mode="min")
+    trainer = fit(module, data, callback, tmp_path)
+    assert trainer.global_step == 3 and callback.stopped_at == 3
+    report = json.loads((tmp_path / "model" / "sft_eval.json").read_text())
+    assert report["global_step"] == 3
+    assert set(report["evaluations"][0]) >= {"step", "val/draft_acc", "val/challenge_wrong_acc"}
+    # The written directory is a model `agon fit` can load.
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert torch.equal(reloaded.model.embed_tokens.weight, module.model.model.embed_tokens.weight)
+    assert AutoTokenizer.from_pretrained(tmp_path / "model").get_vocab() == module.tokenizer.get_vocab()
+
+
+def test_runs_to_max_steps_and_warns_when_never_reached(data: SFTDataModule, tmp_path: Path) -> None:
+    callback = StopAtThreshold(monitor="val/draft_acc", threshold=1.5)
+    with pytest.warns(UserWarning, match="never reached 1.5 in 6 steps"):
+        trainer = fit(small_module(), data, callback, tmp_path)
+    assert trainer.global_step == 6 and callback.stopped_at is None
+    assert [r["step"] for r in trainer.lightning_module.history] == [3, 6]
+
+
+def test_errors_name_the_bad_value() -> None:
+    with pytest.raises(ValueError, match="mode must be 'max' or 'min', got 'up'"):
+        StopAtThreshold(mode="up")
+    with pytest.raises(ValueError, match="cannot be combined with model_name_or_path='agon:tiny-qwen3'"):
+        SFTModule(model_name_or_path="agon:tiny-qwen3", architecture=SMALL)
+    with pytest.raises(ValueError, match="challenge_fraction must be in"):
+        SFTDataModule(tasks=TASKS, challenge_fraction=1.5)
+
+
+def test_shipped_config_parses(tmp_path: Path) -> None:
+    cli = SFTCLI(
+        SFTModule,
+        SFTDataModule,
+        args=[
+            "--config",
+            str(CONFIG),
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger",
+            "false",
+        ],
+        run=False,
+    )
+    assert cli.model.prompts.challenge == CHALLENGE
+    assert cli.model.rollout.max_new_tokens == 80
+    assert cli.datamodule.val_seed == 10_001 and cli.datamodule.data_seed != cli.datamodule.val_seed
+    assert any(isinstance(c, StopAtThreshold) for c in cli.trainer.callbacks)
