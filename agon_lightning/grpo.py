@@ -1,9 +1,10 @@
 """GRPO's math as pure functions: advantages, sampled-token log-probs, the clipped loss.
 
 Kept free of models and trainers so each piece is unit-tested on hand-computed numbers.
-Log-probs are computed from final hidden states in chunks of tokens, each chunk under
-activation checkpointing: the ``[tokens, V]`` logits of one chunk exist at a time, in the
-forward and in the backward, so a 150k vocabulary costs one chunk of memory, not B·T·V.
+Log-probs are computed from final hidden states in chunks of tokens by a small autograd
+function that recomputes each chunk's logits in the backward: the ``[tokens, V]`` logits of
+one chunk exist at a time, in reused buffers, so a 150k vocabulary costs one chunk of
+memory, not B·T·V.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Literal
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 Aggregation = Literal["token_mean", "seq_mean", "dr_grpo"]
 AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean", "dr_grpo")
@@ -47,15 +47,78 @@ def group_advantages(
     return adv.reshape(-1), zero_std.squeeze(1)
 
 
-def _chunk_logprobs(
-    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float
-) -> tuple[Tensor, Tensor]:
-    logits = (hidden @ weight.t()).float() / temperature  # [c, V]
-    logz = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
-    with torch.no_grad():
-        entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return logp, entropy
+def _project(hidden: Tensor, weight: Tensor, temperature: float, out: Tensor) -> Tensor:
+    """``out ← float32(hidden @ weight.T) / temperature``, written into a reused ``[c, V]`` buffer."""
+    if hidden.dtype == torch.float32 and weight.dtype == torch.float32:
+        torch.matmul(hidden, weight.t(), out=out)
+    else:  # low precision: the product in the model's dtype, as the sampling pass computed it
+        out.copy_(hidden @ weight.t())
+    if temperature != 1.0:
+        out.div_(temperature)
+    return out
+
+
+class _ChunkedLogProbs(torch.autograd.Function):
+    """Log-probs and entropies of the targets, one chunk of tokens at a time, with a hand backward.
+
+    The forward keeps only ``logZ`` per token; the backward recomputes each chunk's logits
+    into one reused buffer and turns it in place into ``g·(onehot − softmax) / T``. Peak
+    memory is two ``[chunk, V]`` float buffers in the forward and one in the backward, and
+    no chunk is projected twice in the forward or normalised twice in the backward.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, chunk: int):
+        n, vocab = targets.numel(), weight.shape[0]
+        logp = hidden.new_empty(n, dtype=torch.float32)
+        entropy, logz = torch.empty_like(logp), torch.empty_like(logp)
+        logits_buf = hidden.new_empty(min(chunk, n), vocab, dtype=torch.float32)
+        probs_buf = torch.empty_like(logits_buf)
+        for start in range(0, n, chunk):
+            rows = slice(start, min(start + chunk, n))
+            c = rows.stop - start
+            logits = _project(hidden[rows], weight, temperature, logits_buf[:c])  # [c, V]
+            peak = logits.amax(dim=-1, keepdim=True)
+            logits.sub_(peak)
+            probs = torch.exp(logits, out=probs_buf[:c])
+            total = probs.sum(dim=-1, keepdim=True)
+            log_total = total.log()
+            logz[rows] = (peak + log_total).squeeze(-1)
+            logits.sub_(log_total)  # log-softmax, in place
+            probs.div_(total)  # softmax, in place
+            logp[rows] = logits.gather(-1, targets[rows].unsqueeze(-1)).squeeze(-1)
+            # Row-wise -Σ p·log p as a batched dot product: no third [c, V] buffer.
+            entropy[rows] = -torch.bmm(probs.unsqueeze(1), logits.unsqueeze(2)).view(c)
+        ctx.save_for_backward(hidden, weight, targets, logz)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
+        hidden, weight, targets, logz = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
+        n, chunk = targets.numel(), ctx.chunk
+        buf = hidden.new_empty(min(chunk, n), weight.shape[0], dtype=torch.float32)
+        for start in range(0, n, chunk):
+            rows = slice(start, min(start + chunk, n))
+            c = rows.stop - start
+            grad = _project(hidden[rows], weight, ctx.temperature, buf[:c])  # [c, V] logits / T
+            grad.sub_(logz[rows].unsqueeze(-1)).exp_()  # softmax
+            g = grad_logp[rows].float().unsqueeze(-1)  # [c, 1]
+            grad.mul_(-g).scatter_add_(-1, targets[rows].unsqueeze(-1), g)  # g·(onehot − softmax)
+            if ctx.temperature != 1.0:
+                grad.div_(ctx.temperature)
+            grad_logits = grad.to(weight.dtype)
+            if need_hidden:
+                grad_hidden[rows] = grad_logits @ weight
+            if need_weight:
+                grad_weight.add_(grad_logits.t().float() @ hidden[rows].float())
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None
 
 
 def token_logprobs(
@@ -68,7 +131,7 @@ def token_logprobs(
         weight: ``[V, H]`` output-embedding matrix.
         targets: ``[...]`` token ids.
         temperature: The sampling temperature, so log-probs match the sampling policy.
-        chunk_size: Tokens per chunk; peak logits memory is ``chunk_size × V`` floats.
+        chunk_size: Tokens per chunk; peak logits memory is two ``chunk_size × V`` floats.
 
     Returns:
         ``(logp, entropy)`` shaped like ``targets``; entropy carries no gradient.
@@ -77,20 +140,11 @@ def token_logprobs(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     shape = targets.shape
     flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)  # [B*T, H], [B*T]
-    logps, entropies = [], []
-    needs_grad = torch.is_grad_enabled() and (flat_h.requires_grad or weight.requires_grad)
-    for start in range(0, flat_t.numel(), chunk_size):
-        args = (flat_h[start : start + chunk_size], weight, flat_t[start : start + chunk_size], temperature)
-        if needs_grad:
-            lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-        else:
-            lp, ent = _chunk_logprobs(*args)
-        logps.append(lp)
-        entropies.append(ent)
-    if not logps:
+    if flat_t.numel() == 0:
         empty = flat_h.new_zeros(0, dtype=torch.float32)
         return empty.view(shape), empty.view(shape)
-    return torch.cat(logps).view(shape), torch.cat(entropies).view(shape)
+    logp, entropy = _ChunkedLogProbs.apply(flat_h, weight, flat_t, float(temperature), chunk_size)
+    return logp.view(shape), entropy.view(shape)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from jsonargparse import lazy_instance
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 
+from agon_lightning.cascade import solve_batch
 from agon_lightning.grpo import (
     AGGREGATIONS,
     LossNormalizer,
@@ -34,6 +35,7 @@ from agon_lightning.grpo import (
     token_logprobs,
 )
 from agon_lightning.policy import (
+    BASE_ADAPTER,
     LoraOptions,
     activate,
     adapter_parameters,
@@ -155,6 +157,8 @@ class AgonModule(L.LightningModule):
         max_grad_norm: Clip the global gradient norm (``None`` = no clipping).
         gradient_checkpointing: Recompute the base's activations in the backward.
         validate_at_start: Evaluate once before the first step, so curves start at the base.
+        evaluate_moa: Also evaluate ``moa``: the untrained base drafting and answering after
+            reading its own summary (the Mixture-of-Agents reference).
     """
 
     def __init__(
@@ -175,6 +179,7 @@ class AgonModule(L.LightningModule):
         max_grad_norm: float | None = 1.0,
         gradient_checkpointing: bool = False,
         validate_at_start: bool = True,
+        evaluate_moa: bool = False,
     ) -> None:
         super().__init__()
         if game not in ("agon", "grpo"):
@@ -209,7 +214,7 @@ class AgonModule(L.LightningModule):
         self.policy: Any = None
         self.tokenizer: Any = None
         self.last_record: StepRecord | None = None
-        self.evaluator = CascadeEvaluator(self.adapter_names, game)
+        self.evaluator = CascadeEvaluator(self.adapter_names, game, moa=evaluate_moa)
 
     # ------------------------------------------------------------------ set-up
     def configure_model(self) -> None:
@@ -249,10 +254,21 @@ class AgonModule(L.LightningModule):
             activate(self.policy, adapter, self._trainable)
             return self.rollout.generate(self.policy, self.tokenizer, prompts, num_samples, greedy)
 
+    def sample_mixed(
+        self, adapters: list[str | None], prompts: list[str], greedy: bool = False
+    ) -> RolloutBatch:
+        """One sample per prompt, prompt ``i`` with ``adapters[i]`` (``None`` = the base), in one batch."""
+        names = [BASE_ADAPTER if a is None else a for a in adapters]
+        with generating(self.policy):
+            return self.rollout.generate(self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=names)
+
     def _play(self, problems: list[Problem]) -> StepRecord:
         """Generate, verify and reward both roles for one step (no gradients)."""
         n = self.grpo.num_generations
-        drafter, challenger = roles_for_step(self.agon_step, self.schedule)
+        # GRPO has one adapter, which drafts every step whatever the schedule says.
+        drafter, challenger = roles_for_step(
+            self.agon_step, self.schedule if self.game == "agon" else "fixed"
+        )
         draft_prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
         drafts = self.sample(drafter, draft_prompts, n)
         grouped = [p for p in problems for _ in range(n)]
@@ -412,12 +428,24 @@ class AgonModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         metrics = self.evaluator.compute()
-        self.log_dict(metrics, sync_dist=False)
+        # A logged "step" makes loggers file the point at global_step, like the evaluations outside
+        # the loop (Lightning's default inside fit is one step earlier: batches stepped minus one).
+        self.log_dict({**metrics, "step": float(self.global_step)}, sync_dist=False)
         if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
             self.evaluator.history.append((self.global_step, metrics))
 
     test_step = validation_step
     on_test_epoch_end = on_validation_epoch_end
+
+    # ------------------------------------------------------------------ prediction
+    def predict_step(self, batch: list[Problem], batch_idx: int) -> list[dict[str, Any]]:
+        """The greedy cascade on each problem (the first adapter drafts), as JSON-ready records.
+
+        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.cascade.solve_batch`),
+        which also offers the other drafter and k samples with a majority vote.
+        """
+        drafter, answerer = self.adapter_names[0], self.adapter_names[-1]
+        return [r.to_dict() for r in solve_batch(self, batch, drafter, answerer)]
 
     # ------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 EMBEDDED_PREFIX = "agon:"
+BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

@@ -62,9 +62,20 @@ class Rollout(ABC):
 
     @abstractmethod
     def generate(
-        self, model: Any, tokenizer: Any, prompts: list[str], num_samples: int = 1, greedy: bool = False
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: list[str],
+        num_samples: int = 1,
+        greedy: bool = False,
+        adapter_names: list[str] | None = None,
     ) -> RolloutBatch:
-        """Samples for one prompt are adjacent in the result (a GRPO group)."""
+        """Samples for one prompt are adjacent in the result (a GRPO group).
+
+        ``adapter_names`` gives one adapter per prompt (``"__base__"`` = adapters off), so
+        several policies sample in one batch (PEFT mixed-adapter inference, eval mode
+        only); ``None`` samples every prompt with the active adapter.
+        """
 
 
 class HFRollout(Rollout):
@@ -102,9 +113,13 @@ class HFRollout(Rollout):
         self.top_k = top_k
         self.max_batch_size = max_batch_size
 
-    def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False):
+    def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
         if not prompts:
             raise ValueError("generate needs at least one prompt")
+        if adapter_names is not None and len(adapter_names) != len(prompts):
+            raise ValueError(
+                f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}"
+            )
         device = next(model.parameters()).device
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         ids = enc["input_ids"].repeat_interleave(num_samples, dim=0).to(device)  # [B, P]
@@ -123,9 +138,12 @@ class HFRollout(Rollout):
             kwargs.update(
                 do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None
             )
+        rows = None if adapter_names is None else [n for n in adapter_names for _ in range(num_samples)]
         step = self.max_batch_size or ids.shape[0]
         pieces = []
         for start in range(0, ids.shape[0], step):
+            if rows is not None:
+                kwargs["adapter_names"] = rows[start : start + step]
             out = model.generate(
                 input_ids=ids[start : start + step], attention_mask=attn[start : start + step], **kwargs
             )

@@ -2,8 +2,9 @@
 
 Greedy decoding, one sample per problem: pass@1. A cascade ``cascade_ab`` is the deployed
 pipeline — ``alpha`` drafts from the plain prompt, ``beta`` reads the draft's summary and
-gives the final answer; ``cascade_ba`` swaps them. Lengths are completion tokens of the
-stage that produced the answer.
+gives the final answer; ``cascade_ba`` swaps them. ``moa`` (on request) is the same pipeline
+with the untrained base in both stages: a Mixture-of-Agents pass, the reference any trained
+pair has to beat. Lengths are completion tokens of the stage that produced the answer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
-from agon_lightning.types import Problem
+from agon_lightning.rollout import RolloutBatch
+from agon_lightning.types import Problem, Verdict
 
 if TYPE_CHECKING:
     from agon_lightning.module import AgonModule
@@ -42,10 +44,12 @@ class CascadeEvaluator(nn.Module):
     reduced across ranks by torchmetrics.
     """
 
-    def __init__(self, adapters: tuple[str, ...], game: str) -> None:
+    def __init__(self, adapters: tuple[str, ...], game: str, moa: bool = False) -> None:
         super().__init__()
         self.adapters = adapters
         self.cascades = cascade_pairs(adapters, game)
+        if moa:  # the base drafts, the base answers after reading the summary
+            self.cascades.append(("moa", "base", "base"))
         self.keys = ["base", *adapters, *(key for key, _, _ in self.cascades)]
         self.metrics = nn.ModuleDict(
             {f"{key}__{stat}": MeanMetric() for key in self.keys for stat in ("pass@1", "length")}
@@ -55,25 +59,37 @@ class CascadeEvaluator(nn.Module):
 
     @property
     def deployed_key(self) -> str:
-        """The policy a user would deploy: the first cascade, else the single adapter."""
-        return self.cascades[0][0] if self.cascades else self.adapters[0]
+        """The policy a user would deploy: the first trained cascade, else the single adapter."""
+        return next((key for key, drafter, _ in self.cascades if drafter != "base"), self.adapters[0])
 
     def _add(self, key: str, correct: list[bool], lengths: torch.Tensor) -> None:
         device = self.metrics[f"{key}__pass@1"].device
         self.metrics[f"{key}__pass@1"].update(torch.tensor(correct, dtype=torch.float32, device=device))
         self.metrics[f"{key}__length"].update(lengths.float().to(device))
 
+    def _generate(
+        self, module: AgonModule, jobs: list[tuple[str, str, list[str]]], problems: list[Problem]
+    ) -> dict[str, tuple[RolloutBatch, list[Verdict]]]:
+        """Run every ``(key, adapter, prompts)`` job in one mixed-adapter generate; score each key."""
+        adapters = [None if adapter == "base" else adapter for _, adapter, prompts in jobs for _ in prompts]
+        rb = module.sample_mixed(adapters, [p for _, _, prompts in jobs for p in prompts], greedy=True)
+        results = {}
+        for i, (key, _, _) in enumerate(jobs):
+            part = rb.select(slice(i * len(problems), (i + 1) * len(problems)))
+            verdicts = module.verifier.verify_batch(part.texts, problems)
+            self._add(key, [v.correct for v in verdicts], part.lengths)
+            results[key] = (part, verdicts)
+        return results
+
     @torch.no_grad()
     def update(self, module: AgonModule, problems: list[Problem]) -> None:
+        # Two generate calls per batch, whatever the number of policies: every policy drafts in
+        # one, every cascade answers in the other (one adapter per row).
         prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
-        drafts = {}
-        for key in ["base", *self.adapters]:
-            rb = module.sample(None if key == "base" else key, prompts, 1, greedy=True)
-            verdicts = module.verifier.verify_batch(rb.texts, problems)
-            self._add(key, [v.correct for v in verdicts], rb.lengths)
-            drafts[key] = (rb, verdicts)
+        outputs = self._generate(module, [(key, key, prompts) for key in ["base", *self.adapters]], problems)
+        second_stage = []
         for key, drafter, answerer in self.cascades:
-            rb, _ = drafts[drafter]
+            rb, _ = outputs[drafter]
             summaries = [
                 module.summarizer.summarize(t, p, bool(tr))
                 for t, p, tr in zip(rb.texts, problems, rb.truncated)
@@ -81,12 +97,11 @@ class CascadeEvaluator(nn.Module):
             second = [
                 module.prompts.challenge_prompt(module.tokenizer, p, s) for p, s in zip(problems, summaries)
             ]
-            final = module.sample(answerer, second, 1, greedy=True)
-            verdicts = module.verifier.verify_batch(final.texts, problems)
-            self._add(key, [v.correct for v in verdicts], final.lengths)
-            drafts[key] = (final, verdicts)
+            second_stage.append((key, answerer, second))
+        if second_stage:
+            outputs.update(self._generate(module, second_stage, problems))
         self.last_outputs = [
-            {key: {"text": rb.texts[i], "correct": v[i].correct} for key, (rb, v) in drafts.items()}
+            {key: {"text": rb.texts[i], "correct": v[i].correct} for key, (rb, v) in outputs.items()}
             for i in range(len(problems))
         ]
 
@@ -98,6 +113,7 @@ class CascadeEvaluator(nn.Module):
             out[f"val/{key}/{stat}"] = float(metric.compute())
             metric.reset()
         out["val/deployed/pass@1"] = out[f"val/{self.deployed_key}/pass@1"]
+        out["val/deployed/length"] = out[f"val/{self.deployed_key}/length"]
         return out
 
     def run(self, module: AgonModule, batches: Iterable[list[Problem]]) -> dict[str, float]:
