@@ -38,10 +38,9 @@ from agon_lightning.bundle import build_component, read_bundle
 from agon_lightning.policy import (
     EMBEDDED_PREFIX,
     LoraOptions,
-    activate,
     attach_adapters,
-    generating,
     load_base,
+    sample_with,
 )
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout import Rollout, RolloutBatch
@@ -348,12 +347,7 @@ class Cascade:
         self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False
     ) -> RolloutBatch:
         """Completions with ``adapter`` active (``None``: the base with adapters disabled)."""
-        with generating(self.policy):
-            if adapter is None:
-                with self.policy.disable_adapter():
-                    return self.rollout.generate(self.policy, self.tokenizer, prompts, num_samples, greedy)
-            activate(self.policy, adapter, [])
-            return self.rollout.generate(self.policy, self.tokenizer, prompts, num_samples, greedy)
+        return sample_with(self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy)
 
     def solve(
         self,

@@ -44,6 +44,7 @@ from agon_lightning.policy import (
     generating,
     load_base,
     output_weight,
+    sample_with,
 )
 from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Reward
@@ -247,12 +248,9 @@ class AgonModule(L.LightningModule):
         self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False
     ) -> RolloutBatch:
         """Sample with ``adapter`` (``None`` = the base with adapters disabled)."""
-        with generating(self.policy):
-            if adapter is None:
-                with self.policy.disable_adapter():
-                    return self.rollout.generate(self.policy, self.tokenizer, prompts, num_samples, greedy)
-            activate(self.policy, adapter, self._trainable)
-            return self.rollout.generate(self.policy, self.tokenizer, prompts, num_samples, greedy)
+        return sample_with(
+            self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy, self._trainable
+        )
 
     def sample_mixed(
         self, adapters: list[str | None], prompts: list[str], greedy: bool = False

@@ -177,3 +177,25 @@ def completion_hidden_states(
 def output_weight(model: nn.Module) -> Tensor:
     """The ``[V, H]`` output-embedding matrix."""
     return model.get_base_model().get_output_embeddings().weight
+
+
+def sample_with(
+    model: nn.Module,
+    rollout: Any,
+    tokenizer: Any,
+    adapter: str | None,
+    prompts: list[str],
+    num_samples: int,
+    greedy: bool = False,
+    trainable: list[nn.Parameter] | None = None,
+) -> Any:
+    """Sample with ``adapter`` active (``None`` = the base, adapters disabled), in eval mode.
+
+    The one sampling path of training, validation and the deployed cascade.
+    """
+    with generating(model):
+        if adapter is None:
+            with model.disable_adapter():
+                return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+        activate(model, adapter, trainable or [])
+        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

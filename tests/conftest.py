@@ -43,6 +43,15 @@ def build_tiny_model(tokenizer, seed: int = 0, layers: int = 2):
     return Qwen3ForCausalLM(cfg)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Tiny models run fastest on one thread; more only contend on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A saved tiny Qwen3 + tokenizer directory, loadable with ``from_pretrained`` offline."""

@@ -30,15 +30,6 @@ SMALL = TinyArchitecture(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft_tiny.yaml"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; more only contend on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def data() -> SFTDataModule:
     dm = SFTDataModule(tasks=TASKS, train_size=256, val_size=8, batch_size=16, val_batch_size=16)

@@ -15,15 +15,6 @@ from agon_lightning.types import Problem
 COMPLETION = "<think>42-25=17 17-73=-56</think>17,-56<answer>-56</answer>"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; more only contend on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer()
