@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lightning as L
 
 from agon_lightning.report import plot_history, start_end_table
 
-
-def run_directory(trainer: L.Trainer) -> Path:
-    """The logger's version directory (where ``metrics.csv`` lives), else ``default_root_dir``."""
-    return Path(trainer.log_dir or trainer.default_root_dir)
+from .run_files import run_dir
 
 
 class ValidationReport(L.Callback):
@@ -28,7 +23,7 @@ class ValidationReport(L.Callback):
         history = getattr(getattr(pl_module, "evaluator", None), "history", [])
         if not trainer.is_global_zero or not history:
             return
-        out = run_directory(trainer)
+        out = run_dir(trainer)
         table = start_end_table(history)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(table + "\n")

@@ -2,16 +2,22 @@
 
 A batch is a plain ``list[Problem]``: prompts are built by the module (they depend on the
 role and, for the challenger, on the draft), so the data side stays tokenizer-free.
+
+The training loader is resumable: its order is a pure function of ``(seed, epoch)`` and it
+reports how many batches of the epoch it has handed out, so a run restarted from a
+mid-epoch checkpoint sees exactly the batches an uninterrupted run would have seen next.
 """
 
 from __future__ import annotations
 
 import random
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from agon_lightning.types import Problem
 
@@ -31,6 +37,79 @@ class ProblemDataset(Dataset):
 
 def collate_problems(batch: list[Problem]) -> list[Problem]:
     return list(batch)
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A permutation of ``range(size)`` that depends on ``(seed, epoch)`` only.
+
+    ``RandomSampler(generator=g)`` draws epoch e's order from wherever ``g`` stands after
+    epochs 0..e-1, so a resumed run cannot rebuild it; here any epoch's order is rebuilt on
+    its own. Lightning calls :meth:`set_epoch` at the start of every epoch, as it does for
+    ``DistributedSampler``.
+
+    Args:
+        size: Number of items.
+        seed: Shuffling seed.
+    """
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(range(self.size))
+        # A string seed is hashed with SHA-512: stable across processes and Python versions.
+        random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
+        return iter(order)
+
+
+class ResumableDataLoader(DataLoader):
+    """A ``DataLoader`` whose position in the epoch is saved in Lightning checkpoints.
+
+    Lightning saves ``state_dict()`` of every training loader that has one and calls
+    ``load_state_dict()`` before iterating again on resume. The state is ``(epoch, batches
+    handed out)``; after loading it, the next iteration of *that* epoch skips the batches
+    already trained on (a checkpoint taken at the end of an epoch resumes into a fresh epoch,
+    since Lightning has moved the sampler to the next epoch by then). Skipping happens after
+    sampling, so it works with any sampler whose order depends only on its epoch, including
+    Lightning's distributed wrappers. Skipped batches are still collated: cheap for problem
+    lists, which is what this loader is for.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handed_out = 0
+        self._resume_at: tuple[int, int] | None = None
+
+    def _epoch(self) -> int:
+        return int(getattr(self.sampler, "epoch", 0))
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self._epoch(), "batches": self._handed_out}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume_at = (int(state["epoch"]), int(state["batches"]))
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator: nothing below runs until the first batch is requested, i.e. after
+        # Lightning's set_epoch() for the epoch being iterated.
+        resume, self._resume_at = self._resume_at, None
+        skip = resume[1] if resume is not None and resume[0] == self._epoch() else 0
+        self._handed_out = 0
+        for index, batch in enumerate(super().__iter__()):
+            if index < skip:
+                continue
+            self._handed_out = index + 1
+            yield batch
 
 
 class ProblemDataModule(L.LightningDataModule):
@@ -84,15 +163,14 @@ class ProblemDataModule(L.LightningDataModule):
         return self._val  # type: ignore[return-value]
 
     def train_dataloader(self) -> DataLoader:
-        # Shuffle once per epoch from a seeded generator: same data order for the same seed.
-        import torch
-
-        generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(
+        # Each epoch's order is a function of (seed, epoch); the loader's position is checkpointed.
+        return ResumableDataLoader(
             ProblemDataset(self.train_problems),
             batch_size=self.batch_size,
-            shuffle=True,
-            generator=generator,
+            sampler=EpochShuffleSampler(len(self.train_problems), self.seed),
+            # Worker seeds come from this generator, not the global one, so starting an epoch
+            # does not shift the global RNG stream that sampling rollouts draws from.
+            generator=torch.Generator().manual_seed(self.seed),
             collate_fn=collate_problems,
             num_workers=self.num_workers,
             drop_last=True,
@@ -103,6 +181,9 @@ class ProblemDataModule(L.LightningDataModule):
             ProblemDataset(self.val_problems),
             batch_size=self.val_batch_size,
             shuffle=False,
+            # Starting an iterator draws a seed from this generator; without one it would come
+            # from the global RNG, and a validation would shift the rollouts sampled after it.
+            generator=torch.Generator().manual_seed(self.seed),
             collate_fn=collate_problems,
             num_workers=self.num_workers,
         )

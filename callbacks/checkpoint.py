@@ -1,0 +1,247 @@
+"""Checkpoints that resume exactly, and adapter bundles ready to deploy.
+
+Every save writes two things next to each other, each atomically (written under a temporary
+sibling name, then renamed into place), so a kill in the middle of a save leaves the
+previous checkpoint as it was:
+
+* ``NAME.ckpt``, the full resume state: both adapters (not the frozen base, which reloads
+  from ``model_name_or_path``), optimizer and scheduler, Lightning's loop and step counters,
+  the role-schedule position (``AgonModule.agon_step``), the training loader's position in
+  its epoch (:class:`~agon_lightning.data.base.ResumableDataLoader`) and every process's
+  torch, CUDA, numpy and Python RNG states;
+* ``NAME/``, the adapter bundle: ``alpha/`` and ``beta/`` in PEFT's layout plus ``agon.json``
+  (:func:`agon_lightning.bundle.save_bundle`).
+
+``last`` is rewritten every ``every_n_train_steps``; ``best-step=S`` follows ``monitor`` and
+is updated after validation. This is Lightning's ``ModelCheckpoint`` with those two
+triggers, so its conventions hold: ``agon fit --ckpt_path last`` resumes, ``ckpt_path="best"``
+picks the best. The directory defaults to ``<default_root_dir>/checkpoints`` rather than the
+logger's versioned folder, so a restarted process finds ``last`` again.
+
+RNG states are put back right before the first batch after resuming, not when the
+checkpoint is loaded: set-up (building the adapters, starting data iterators) draws from the
+global generators, and in a resumed run it does so at other points than in a run that
+never stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+from weakref import proxy
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
+
+from agon_lightning.bundle import atomic_directory, save_bundle
+
+RNG_KEY = "rng_states"
+PARTIAL_SUFFIX = ".partial"
+
+
+def collect_rng_states() -> dict[str, Any]:
+    """The global RNG states (torch, CUDA, numpy, Python) as checkpoint-safe values."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`collect_rng_states` returned."""
+    torch.set_rng_state(states["torch"])
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = states["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def bundle_dir(checkpoint_path: str | Path) -> Path:
+    """Where the adapter bundle of ``NAME.ckpt`` lives: ``NAME/`` beside it."""
+    path = Path(checkpoint_path)
+    return path.with_name(path.stem)
+
+
+def publish(partial: str | Path, target: str | Path) -> None:
+    """Move a finished checkpoint onto ``target`` in one rename.
+
+    A file is renamed directly; a directory (sharded strategies write one) is swapped in
+    through :func:`~agon_lightning.bundle.atomic_directory`.
+    """
+    partial, target = Path(partial), Path(target)
+    if partial.is_dir():
+        atomic_directory(target, lambda staging: os.replace(partial, staging))  # onto the empty staging dir
+    else:
+        os.replace(partial, target)
+
+
+class AgonCheckpoint(ModelCheckpoint):
+    """``last`` every k steps and ``best`` by a validation metric; resume state plus adapter bundle.
+
+    Args:
+        dirpath: Checkpoint directory (default ``<trainer.default_root_dir>/checkpoints``).
+        filename: Name pattern of the best checkpoints (Lightning's ``ModelCheckpoint`` syntax).
+        monitor: Validation metric that picks the best checkpoint; ``None`` keeps the
+            ``save_top_k`` most recent periodic checkpoints instead.
+        mode: ``max`` or ``min`` for ``monitor``.
+        every_n_train_steps: Write ``last`` every this many optimizer steps (one per game
+            step unless ``grpo.num_iterations`` > 1).
+        save_top_k: Best checkpoints kept (``-1`` all, ``0`` none).
+        save_last: Write ``last``; needed by ``--ckpt_path last``.
+        bundles: Also write each checkpoint's adapters as a PEFT bundle beside it.
+        drafter: Adapter that drafts in the bundle's deployed cascade; ``auto`` picks the
+            cascade order that scored higher at the last validation (``alpha`` on a tie).
+        verbose: Log each save.
+    """
+
+    def __init__(
+        self,
+        dirpath: str | None = None,
+        filename: str = "best-{step}",
+        monitor: str | None = "val/deployed/pass@1",
+        mode: Literal["max", "min"] = "max",
+        every_n_train_steps: int = 10,
+        save_top_k: int = 1,
+        save_last: bool = True,
+        bundles: bool = True,
+        drafter: Literal["auto", "alpha", "beta"] = "auto",
+        verbose: bool = False,
+    ) -> None:
+        if every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
+        if drafter not in ("auto", "alpha", "beta"):
+            raise ValueError(f"drafter must be 'auto', 'alpha' or 'beta', got {drafter!r}")
+        super().__init__(
+            dirpath=dirpath, filename=filename, monitor=monitor, mode=mode, save_top_k=save_top_k,
+            save_last=save_last, every_n_train_steps=every_n_train_steps, verbose=verbose,
+        )  # fmt: skip
+        self.bundles = bundles
+        self.drafter = drafter
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ where
+    def _use_stable_dirpath(self, trainer: L.Trainer) -> None:
+        if self.dirpath is None:
+            self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._use_stable_dirpath(trainer)
+        super().setup(trainer, pl_module, stage)
+        if trainer.is_global_zero and os.path.isdir(self.dirpath):
+            # Leftovers of saves that were killed: ours, and save_bundle's staging directories.
+            for pattern in (f".*{PARTIAL_SUFFIX}", ".*.tmp-*", ".*.old-*"):
+                for leftover in Path(self.dirpath).glob(pattern):
+                    if leftover.is_dir():
+                        shutil.rmtree(leftover)
+                    else:
+                        leftover.unlink()
+
+    def _find_last_checkpoints(self, trainer: L.Trainer) -> set[str]:
+        self._use_stable_dirpath(trainer)  # runs before setup() when resolving --ckpt_path last
+        return super()._find_last_checkpoints(trainer)
+
+    # ------------------------------------------------------------------ when
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step % self._every_n_train_steps or self._should_skip_saving_checkpoint(trainer):
+            return
+        candidates = self._monitor_candidates(trainer)
+        if self.monitor is None:
+            self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != "fit" or trainer.sanity_checking or trainer.fast_dev_run:
+            return
+        # ``last`` written just before this validation is rewritten after it. Lightning skips,
+        # on resume, a validation that was due right after the checkpointed batch, so the
+        # saved state has to include it (its metrics, the best score, the evaluator history).
+        refresh_last = self.save_last and self._last_global_step_saved == trainer.global_step
+        candidates = self._monitor_candidates(trainer)
+        if self.monitor is not None:
+            self._save_topk_checkpoint(trainer, candidates)
+        if refresh_last:
+            self._save_last_checkpoint(trainer, candidates)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Nothing: saves follow steps and validations, not epochs."""
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The final state is always resumable and deployable, whatever k is.
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    # ------------------------------------------------------------------ how
+    def _drafter_for_bundle(self, trainer: L.Trainer) -> str:
+        if self.drafter != "auto":
+            return self.drafter
+        ab = trainer.callback_metrics.get("val/cascade_ab/pass@1")
+        ba = trainer.callback_metrics.get("val/cascade_ba/pass@1")
+        return "beta" if ab is not None and ba is not None and float(ba) > float(ab) else "alpha"
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        partial = os.path.join(os.path.dirname(filepath), f".{os.path.basename(filepath)}{PARTIAL_SUFFIX}")
+        trainer.save_checkpoint(partial, self.save_weights_only)
+        if trainer.is_global_zero:
+            publish(partial, filepath)
+            if self.bundles:
+                save_bundle(trainer.lightning_module, bundle_dir(filepath), self._drafter_for_bundle(trainer))
+        trainer.strategy.barrier("AgonCheckpoint._save_checkpoint")
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
+
+    def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        super()._remove_checkpoint(trainer, filepath)
+        if trainer.is_global_zero:
+            shutil.rmtree(bundle_dir(filepath), ignore_errors=True)
+
+    # ------------------------------------------------------------------ RNG
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Every process samples its own rollouts: keep each one's generators, by global rank.
+        states = collect_rng_states()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, states)
+        else:
+            gathered = [states]
+        checkpoint[RNG_KEY] = gathered
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        states = checkpoint.get(RNG_KEY)
+        if states is None:
+            rank_zero_warn(f"the checkpoint holds no {RNG_KEY!r}: sampling will not continue exactly")
+        elif len(states) != trainer.world_size:
+            rank_zero_warn(
+                f"the checkpoint holds the RNG states of {len(states)} processes and this run has "
+                f"{trainer.world_size}: sampling will not continue exactly"
+            )
+        else:
+            self._rng_to_restore = states[trainer.global_rank]
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
