@@ -1,0 +1,231 @@
+"""``agon sweep``: variant overlays, the run grid, resuming, the budget arithmetic, the report."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agon_lightning.cli import AgonCLI
+from agon_lightning.sweep import (
+    DEFAULT_VARIANTS,
+    MARKER,
+    plan,
+    read_run,
+    report,
+    sweep,
+    sweep_main,
+)
+from agon_lightning.validation import CascadeEvaluator
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "configs" / "agon.yaml"
+EXPERIMENTS = ROOT / "configs" / "experiments"
+
+
+# ---------------------------------------------------------------------- the overlays
+def parsed(capsys, *configs: Path) -> dict:
+    args = ["fit", *(a for c in configs for a in ("--config", str(c))), "--print_config"]
+    with pytest.raises(SystemExit) as exit_info:
+        AgonCLI(args=args)
+    out = capsys.readouterr()
+    assert exit_info.value.code in (0, None), out.err[-2000:]
+    config = yaml.safe_load(out.out)
+    config.pop("config", None)
+    return config
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+EXPECTED = {  # what each overlay must set, on top of "shares everything else"
+    "agon": {},
+    "grpo": {"model.game": "grpo", "model.grpo.num_generations": 16},
+    "grpo_n": {"model.game": "grpo", "model.grpo.num_generations": 8},
+    "cooperative": {"model.reward.class_path": "agon_lightning.rewards.CorrectnessReward"},
+    "no_exchange": {"model.summarizer.class_path": "agon_lightning.summarizers.basic.HiddenSummarizer"},
+    "fixed_roles": {"model.schedule": "fixed"},
+    "self_play": {"model.schedule": "self_play"},
+    "moa_untrained": {"model.game": "grpo", "model.evaluate_moa": True},
+}
+
+
+def test_every_shipped_variant_is_checked_here():
+    assert {p.stem for p in EXPERIMENTS.glob("*.yaml")} == set(EXPECTED)
+    assert set(DEFAULT_VARIANTS) <= set(EXPECTED)
+
+
+@pytest.mark.parametrize("variant", sorted(EXPECTED))
+def test_variant_overlay_changes_only_what_it_names(variant, capsys):
+    base = flatten(parsed(capsys, BASE))
+    merged = flatten(parsed(capsys, BASE, EXPERIMENTS / f"{variant}.yaml"))
+    changed = {k for k in base.keys() | merged.keys() if base.get(k) != merged.get(k)}
+    expected = EXPECTED[variant]
+    for key, value in expected.items():
+        assert merged[key] == value, key
+    # Anything else that differs lies under a changed component (its init_args).
+    owners = {k.rsplit(".", 1)[0] for k in expected if k.endswith(".class_path")}
+    stray = {k for k in changed - expected.keys() if not any(k.startswith(o + ".") for o in owners)}
+    assert not stray, f"{variant} also changes {sorted(stray)}"
+    if variant == "no_exchange":  # the bonus still pays against the hidden draft
+        assert merged["model.reward.init_args.conversion_bonus"] > 0
+    if variant == "grpo":  # budget matching: 2N rollouts per problem, as Agon's N drafts + N challenges
+        assert merged["model.grpo.num_generations"] == 2 * base["model.grpo.num_generations"]
+
+
+# ---------------------------------------------------------------------- the grid
+def test_plan_runs_eval_only_variants_once_and_names_unknown_ones(tmp_path):
+    runs = plan(["agon", "moa_untrained", "agon"], [0, 1, 1], tmp_path, EXPERIMENTS)
+    assert [(r.variant, r.seed) for r in runs] == [("agon", 0), ("moa_untrained", 0), ("agon", 1)]
+    assert runs[2].directory == tmp_path / "agon" / "seed_1"
+    with pytest.raises(ValueError, match=r"'agonn'.*available: \[.*'cooperative'"):
+        plan(["agonn"], [0], tmp_path, EXPERIMENTS)
+
+
+def test_run_arguments_seed_three_ways_and_overrides_win(tmp_path):
+    fit, moa = plan(["agon", "moa_untrained"], [7], tmp_path, EXPERIMENTS)
+    argv = fit.argv(BASE, ["--trainer.limit_train_batches=3"])
+    assert argv[:5] == ["fit", "--config", str(BASE), "--config", str(EXPERIMENTS / "agon.yaml")]
+    for arg in ("--seed_everything=7", "--data.init_args.seed=7", "--model.lora.init_seed=7",
+                f"--trainer.default_root_dir={tmp_path / 'agon' / 'seed_7'}"):  # fmt: skip
+        assert arg in argv
+    assert argv[-1] == "--trainer.limit_train_batches=3"
+    assert moa.argv(BASE, [])[0] == "validate" and moa.metric_key == "moa"
+
+
+def test_dry_run_prints_pending_commands_only(tmp_path, capsys):
+    sweep_main(["--variants", "grpo", "moa_untrained", "--seeds", "0", "1", "--out", str(tmp_path),
+                "--base-config", str(BASE), "--experiments-dir", str(EXPERIMENTS), "--dry-run", "--", "--x=1"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["fit", "validate", "fit"]
+    assert all(line.endswith("--x=1") for line in lines)
+    assert not list(tmp_path.iterdir()), "a dry run wrote something"
+
+
+# ---------------------------------------------------------------------- runs on disk
+def write_run(directory: Path, evals: list[tuple[int, float, float]], steps: int, challenge: bool = True,
+              n: int = 4, p: int = 2, key: str = "deployed") -> None:  # fmt: skip
+    """A finished-looking run: metrics.csv (draft length 10, challenge 5 each step) and config.yaml."""
+    log = directory / "lightning_logs" / "version_0"
+    log.mkdir(parents=True)
+    (log / "config.yaml").write_text(
+        yaml.safe_dump({"model": {"grpo": {"num_generations": n}}, "data": {"init_args": {"batch_size": p}}})
+    )
+    columns = ["step", f"val/{key}/pass@1", f"val/{key}/length", "val/base/pass@1", "train/draft/length",
+               "train/challenge/length", "time/generate_s", "time/update_s"]  # fmt: skip
+    rows = [{"step": s, f"val/{key}/pass@1": acc, f"val/{key}/length": length, "val/base/pass@1": 0.25}
+            for s, acc, length in evals]  # fmt: skip
+    rows[1:1] = [{"step": s, "train/draft/length": 10, "train/challenge/length": 5 if challenge else "",
+                  "time/generate_s": 1.5, "time/update_s": 0.5} for s in range(steps)]  # fmt: skip
+    with (log / "metrics.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_read_run_takes_the_last_evaluation_and_counts_every_rollout_token(tmp_path):
+    write_run(tmp_path / "a", [(0, 0.25, 30.0), (2, 0.5, 20.0), (3, 0.75, 10.0)], steps=3)
+    r = read_run(tmp_path / "a", "agon", 0, "deployed", wall_s=12.0)
+    assert (r.pass_at_1, r.length, r.base_pass_at_1, r.steps) == (0.75, 10.0, 0.25, 3)
+    assert r.rollout_tokens == 3 * (10 + 5) * 4 * 2  # steps × (draft + challenge length) × N × P
+    assert r.train_s == pytest.approx(6.0) and r.wall_s == 12.0
+    assert r.curve == [(0, 0.25, 30.0), (2, 0.5, 20.0), (3, 0.75, 10.0)]
+    write_run(tmp_path / "g", [(0, 0.25, 30.0), (1, 0.5, 20.0)], steps=1, challenge=False, n=16)
+    assert read_run(tmp_path / "g", "grpo", 0, "deployed", 1.0).rollout_tokens == 10 * 16 * 2
+    with pytest.raises(ValueError, match="val/moa/pass@1"):
+        read_run(tmp_path / "g", "moa_untrained", 0, "moa", 1.0)
+
+
+def fake_runner(calls: list[str], fail: set[str] = frozenset()):
+    def run(argv: list[str], log_path: Path) -> int:
+        directory = log_path.parent
+        calls.append(directory.parent.name + "/" + directory.name)
+        if calls[-1] in fail:
+            return 1
+        seed = int(directory.name.split("_")[1])
+        write_run(directory, [(0, 0.25, 30.0), (2, 0.5 + 0.1 * seed, 20.0)], steps=2)
+        return 0
+
+    return run
+
+
+def test_interrupted_sweep_reuses_finished_runs_and_redoes_the_rest(tmp_path, capsys):
+    out = tmp_path / "out"
+    runs = plan(["agon", "cooperative"], [0, 1], out, EXPERIMENTS)
+    calls: list[str] = []
+    failed = sweep(runs, BASE, [], out, fake_runner(calls, fail={"cooperative/seed_1"}), jobs=2)
+    assert sorted(calls) == ["agon/seed_0", "agon/seed_1", "cooperative/seed_0", "cooperative/seed_1"]
+    assert failed == [runs[3]] and not (runs[3].directory / MARKER).exists()  # cooperative/seed_1
+    assert "cooperative/seed_1" in (out / "results.md").read_text()  # listed as not finished
+    (runs[3].directory / "stale.txt").write_text("from the interrupted attempt")
+
+    calls.clear()
+    assert sweep(runs, BASE, [], out, fake_runner(calls)) == []
+    assert calls == ["cooperative/seed_1"]
+    assert not (runs[3].directory / "stale.txt").exists(), "an unfinished run was not started over"
+    assert json.loads((runs[0].directory / MARKER).read_text())["argv"] == runs[0].argv(BASE, [])
+    with pytest.raises(SystemExit, match="agon/seed_0 was finished with other arguments"):
+        sweep(runs, BASE, ["--trainer.max_steps=1"], out, fake_runner(calls))
+
+
+def test_report_gives_mean_and_std_over_seeds_and_plots(tmp_path):
+    runs = plan(["agon", "moa_untrained"], [0, 1], tmp_path, EXPERIMENTS)
+    for run, acc in zip(runs, (0.5, 0.3, 0.7)):
+        write_run(run.directory, [(0, 0.25, 30.0), (4, acc, 20.0)][run.eval_only :], steps=4 * (not run.eval_only),
+                  key=run.metric_key)  # fmt: skip
+        (run.directory / MARKER).write_text(json.dumps({"argv": [], "wall_s": 10.0}))
+    results = report(runs, tmp_path)
+    assert [(r.variant, r.pass_at_1) for r in results] == [
+        ("agon", 0.5),
+        ("moa_untrained", 0.3),
+        ("agon", 0.7),
+    ]
+    table = (tmp_path / "results.md").read_text()
+    assert "| agon | 2 | 0.600 ± 0.141 | 20.0 ± 0.0 | 4 ± 0 | 480 ± 0 |" in table
+    assert "| moa_untrained | 1 | 0.300 | 20.0 | 0 | 0 |" in table
+    assert len(list(csv.DictReader((tmp_path / "results.csv").open()))) == 3
+    for png in ("pass_at_1.png", "length.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_moa_is_the_base_twice_and_never_the_deployed_policy():
+    for adapters, game, deployed in [
+        (("alpha",), "grpo", "alpha"),
+        (("alpha", "beta"), "agon", "cascade_ab"),
+    ]:
+        evaluator = CascadeEvaluator(adapters, game, moa=True)
+        assert evaluator.cascades[-1] == ("moa", "base", "base")
+        assert evaluator.deployed_key == deployed
+    assert "moa" not in CascadeEvaluator(("alpha", "beta"), "agon").keys
+
+
+# ---------------------------------------------------------------------- end to end
+@pytest.mark.slow
+def test_agon_sweep_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
+    out = tmp_path / "sweep"
+    overrides = [
+        f"--model.model_name_or_path={tiny_model_dir}", "--trainer.limit_train_batches=1",
+        "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false", "--data.init_args.batch_size=2",
+        "--data.init_args.train_size=20", "--data.init_args.val_size=4", "--model.grpo.num_generations=2",
+        "--model.rollout.init_args.max_new_tokens=6",
+    ]  # fmt: skip
+    args = ["--variants", "agon", "moa_untrained", "--seeds", "3", "--out", str(out), "--base-config", str(BASE),
+            "--experiments-dir", str(EXPERIMENTS), "--", *overrides]  # fmt: skip
+    sweep_main(args)
+    agon, moa = (out / v / "seed_3" for v in ("agon", "moa_untrained"))
+    assert (agon / MARKER).is_file() and (moa / MARKER).is_file()
+    result = read_run(agon, "agon", 3, "deployed", 0.0)
+    assert [step for step, _, _ in result.curve] == [0, 1] and result.steps == 1
+    assert 0 < result.rollout_tokens <= 2 * 6 * 2 * 2  # (drafts + challenges) × max tokens × N × P
+    (metrics,) = moa.glob("lightning_logs/version_*/metrics.csv")
+    (row,) = [r for r in csv.DictReader(metrics.open()) if r.get("val/moa/pass@1")]
+    assert row["val/alpha/pass@1"] == row["val/base/pass@1"]  # zero-B alpha is the base
+    assert "| agon | 1 |" in (out / "results.md").read_text()
