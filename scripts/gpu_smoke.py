@@ -61,7 +61,7 @@ def run_one(name: str, model_dir: str, steps: int, out: str) -> None:
         "--trainer.devices=1", f"--trainer.limit_train_batches={steps}", "--trainer.max_epochs=1",
         "--trainer.limit_val_batches=0", "--model.validate_at_start=false", "--model.grpo.num_generations=8",
         "--model.rollout.init_args.max_new_tokens=256", "--data.init_args.batch_size=8",
-        f"--trainer.default_root_dir={Path(out).parent / name}", "--trainer.enable_checkpointing=false",
+        f"--trainer.default_root_dir={Path(out).parent / name}",
     ]  # fmt: skip
     if name == "single":
         args += ["--trainer.precision=bf16-true"]

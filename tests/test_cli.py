@@ -123,3 +123,17 @@ def test_agon_fit_writes_the_metrics(tiny_model_dir, tmp_path):
         assert name in columns, name
     drafters = [float(r["train/drafter"]) for r in rows if r["train/drafter"]]
     assert drafters == [0.0, 1.0]
+
+
+def test_threads_option_sets_torch_threads():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        wanted = 3 if before != 3 else 2  # differs from what the test session runs with
+        AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), f"--threads={wanted}"], run=False)
+        assert torch.get_num_threads() == wanted
+        with pytest.raises(ValueError, match="--threads must be >= 1 or null, got 0"):
+            AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), "--threads=0"], run=False)
+    finally:
+        torch.set_num_threads(before)
