@@ -43,13 +43,19 @@ def plot_history(history: Histories, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    keys = sorted({k.split("/")[1] for _, m in history for k in m if k.startswith("val/") and k.endswith("/pass@1")})
+    keys = sorted(
+        {k.split("/")[1] for _, m in history for k in m if k.startswith("val/") and k.endswith("/pass@1")}
+    )
     keys = [k for k in keys if k != "deployed"]
     fig, (ax_acc, ax_len) = plt.subplots(1, 2, figsize=(11, 4))
     steps = [s for s, _ in history]
     for key in keys:
-        ax_acc.plot(steps, [m.get(f"val/{key}/pass@1", float("nan")) for _, m in history], marker="o", label=key)
-        ax_len.plot(steps, [m.get(f"val/{key}/length", float("nan")) for _, m in history], marker="o", label=key)
+        ax_acc.plot(
+            steps, [m.get(f"val/{key}/pass@1", float("nan")) for _, m in history], marker="o", label=key
+        )
+        ax_len.plot(
+            steps, [m.get(f"val/{key}/length", float("nan")) for _, m in history], marker="o", label=key
+        )
     ax_acc.set(xlabel="step", ylabel="held-out pass@1 (greedy)", title="accuracy")
     ax_len.set(xlabel="step", ylabel="completion tokens", title="length")
     for ax in (ax_acc, ax_len):

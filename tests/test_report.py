@@ -1,8 +1,24 @@
 from agon_lightning.report import pass_at_1_stderr, plot_history, start_end_table
 
 HISTORY = [
-    (0, {"val/base/pass@1": 0.3, "val/base/length": 40.0, "val/cascade_ab/pass@1": 0.3, "val/cascade_ab/length": 41.0}),
-    (60, {"val/base/pass@1": 0.3, "val/base/length": 40.0, "val/cascade_ab/pass@1": 0.55, "val/cascade_ab/length": 35.0}),
+    (
+        0,
+        {
+            "val/base/pass@1": 0.3,
+            "val/base/length": 40.0,
+            "val/cascade_ab/pass@1": 0.3,
+            "val/cascade_ab/length": 41.0,
+        },
+    ),
+    (
+        60,
+        {
+            "val/base/pass@1": 0.3,
+            "val/base/length": 40.0,
+            "val/cascade_ab/pass@1": 0.55,
+            "val/cascade_ab/length": 35.0,
+        },
+    ),
 ]
 
 
