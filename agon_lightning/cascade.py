@@ -147,15 +147,26 @@ def majority_vote(answers: Sequence[str | None]) -> tuple[int, dict[str, int]]:
     return keys.index(winner), dict(votes)
 
 
-def challenge(
-    player: Player, problems: list[Problem], drafts: RolloutBatch, answerer: str | None, greedy: bool
-) -> tuple[list[str], RolloutBatch]:
-    """The second stage: summarise each draft, then ``answerer`` answers each after reading it."""
+def challenge_prompts(
+    player: Player, problems: list[Problem], drafts: RolloutBatch
+) -> tuple[list[str], list[str]]:
+    """``(summaries, prompts)``: each draft summarised, and the prompt its answerer reads.
+
+    The one place the second stage's input is built, in training, validation and deployment.
+    """
     summaries = [
         player.summarizer.summarize(text, p, bool(cut))
         for text, p, cut in zip(drafts.texts, problems, drafts.truncated)
     ]
     prompts = [player.prompts.challenge_prompt(player.tokenizer, p, s) for p, s in zip(problems, summaries)]
+    return summaries, prompts
+
+
+def challenge(
+    player: Player, problems: list[Problem], drafts: RolloutBatch, answerer: str | None, greedy: bool
+) -> tuple[list[str], RolloutBatch]:
+    """The second stage: summarise each draft, then ``answerer`` answers each after reading it."""
+    summaries, prompts = challenge_prompts(player, problems, drafts)
     return summaries, player.sample(answerer, prompts, 1, greedy)
 
 

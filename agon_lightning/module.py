@@ -26,7 +26,7 @@ from jsonargparse import lazy_instance
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 
-from agon_lightning.cascade import solve_batch
+from agon_lightning.cascade import challenge, solve_batch
 from agon_lightning.grpo import (
     AGGREGATIONS,
     LossNormalizer,
@@ -278,14 +278,7 @@ class AgonModule(L.LightningModule):
         if self.game == "grpo":
             record.draft.rewards = self.reward(draft_correct).draft
             return record
-        record.summaries = [
-            self.summarizer.summarize(text, p, bool(t))
-            for text, p, t in zip(drafts.texts, grouped, drafts.truncated)
-        ]
-        challenge_prompts = [
-            self.prompts.challenge_prompt(self.tokenizer, p, s) for p, s in zip(grouped, record.summaries)
-        ]
-        challenges = self.sample(challenger, challenge_prompts, 1)
+        record.summaries, challenges = challenge(self, grouped, drafts, challenger, greedy=False)
         challenge_verdicts = self.verifier.verify_batch(challenges.texts, grouped)
         challenge_correct = torch.tensor([v.correct for v in challenge_verdicts], dtype=torch.float32)
         rewards = self.reward(

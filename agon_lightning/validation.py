@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
+from agon_lightning.cascade import challenge_prompts
 from agon_lightning.rollout import RolloutBatch
 from agon_lightning.types import Problem, Verdict
 
@@ -89,14 +90,7 @@ class CascadeEvaluator(nn.Module):
         outputs = self._generate(module, [(key, key, prompts) for key in ["base", *self.adapters]], problems)
         second_stage = []
         for key, drafter, answerer in self.cascades:
-            rb, _ = outputs[drafter]
-            summaries = [
-                module.summarizer.summarize(t, p, bool(tr))
-                for t, p, tr in zip(rb.texts, problems, rb.truncated)
-            ]
-            second = [
-                module.prompts.challenge_prompt(module.tokenizer, p, s) for p, s in zip(problems, summaries)
-            ]
+            _, second = challenge_prompts(module, problems, outputs[drafter][0])
             second_stage.append((key, answerer, second))
         if second_stage:
             outputs.update(self._generate(module, second_stage, problems))
