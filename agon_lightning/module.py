@@ -344,8 +344,13 @@ class AgonModule(L.LightningModule):
         ]
         if self.grpo.num_iterations > 1:  # the sampling policy's log-probs, before any update
             with torch.no_grad():
-                for r in roles:
-                    r.old_logp = self._logprobs(r.adapter, r.rollouts)[0]
+                for r in roles:  # in micro-batches too: micro_batch_size bounds every forward
+                    r.old_logp = torch.cat(
+                        [
+                            self._logprobs(r.adapter, r.rollouts.select(slice(i, i + mb)))[0]
+                            for i in range(0, total, mb)
+                        ]
+                    )
         stats_sum: dict[str, float] = {}
         for _ in range(self.grpo.num_iterations):
             opt.zero_grad(set_to_none=True)
