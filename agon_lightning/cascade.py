@@ -26,6 +26,7 @@ reported.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,6 +52,7 @@ from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import normalize_answer
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # The pipeline, for any player
@@ -200,10 +202,35 @@ def solve_batch(
         chosen, votes = majority_vote([s.extracted for s in group])
         results.append(CascadeResult(problem, drafter, answerer, group, chosen, votes))
     graded = [r for r in results if r.problem.answer is not None]
-    verdicts = player.verifier.verify_batch([r.final.final for r in graded], [r.problem for r in graded])
+    verdicts = verify_each(player.verifier, [r.final.final for r in graded], [r.problem for r in graded])
     for result, verdict in zip(graded, verdicts):
         result.verdict = verdict
     return results
+
+
+UNVERIFIABLE = "unverifiable"
+
+
+def verify_each(verifier: Verifier, texts: list[str], problems: list[Problem]) -> list[Verdict]:
+    """Verdicts for deployment, where one row the verifier cannot judge must not lose the others.
+
+    A row whose check raises (a reasoning-gym verifier given a problem without its task
+    metadata, say) gets ``Verdict(correct=False, reason="unverifiable: …")`` naming the error;
+    the error is logged, and every other row keeps its verdict.
+    """
+    try:
+        return verifier.verify_batch(texts, problems)
+    except Exception:  # noqa: BLE001 — judged row by row below, each failure logged and recorded
+        pass
+    verdicts = []
+    for i, (text, problem) in enumerate(zip(texts, problems)):
+        try:
+            verdicts.append(verifier.verify(text, problem))
+        except Exception as err:  # noqa: BLE001
+            reason = f"{UNVERIFIABLE}: {type(verifier).__name__}: {err}"
+            log.warning("row %d of the batch: %s", i, reason)
+            verdicts.append(Verdict(correct=False, score=0.0, reason=reason))
+    return verdicts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ One training step on P problems:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,6 +25,7 @@ import lightning as L
 import torch
 from jsonargparse import lazy_instance
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.cascade import challenge, solve_batch
@@ -40,9 +42,12 @@ from agon_lightning.policy import (
     activate,
     adapter_parameters,
     attach_adapters,
+    base_only,
     completion_hidden_states,
+    enable_checkpointing,
     generating,
     load_base,
+    logit_head,
     output_weight,
     sample_with,
 )
@@ -158,6 +163,9 @@ class AgonModule(L.LightningModule):
         max_grad_norm: Clip the global gradient norm (``None`` = no clipping).
         gradient_checkpointing: Recompute the base's activations in the backward.
         validate_at_start: Evaluate once before the first step, so curves start at the base.
+        max_consecutive_skips: A step whose loss or gradient is not finite is skipped (nothing
+            reaches the adapters) and counted in ``train/skipped_steps``; this many skipped
+            steps in a row stop training with an error.
         evaluate_moa: Also evaluate ``moa``: the untrained base drafting and answering after
             reading its own summary (the Mixture-of-Agents reference).
     """
@@ -181,6 +189,7 @@ class AgonModule(L.LightningModule):
         gradient_checkpointing: bool = False,
         validate_at_start: bool = True,
         evaluate_moa: bool = False,
+        max_consecutive_skips: int = 3,
     ) -> None:
         super().__init__()
         if game not in ("agon", "grpo"):
@@ -189,6 +198,8 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
+        if max_consecutive_skips < 1:
+            raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
         self.save_hyperparameters(
             ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
         )
@@ -212,6 +223,9 @@ class AgonModule(L.LightningModule):
         self.validate_at_start = validate_at_start
         self.adapter_names = adapters_for(schedule, game)
         self.agon_step = 0  # game steps taken; drives the role schedule, saved in checkpoints
+        self.max_consecutive_skips = max_consecutive_skips
+        self.skipped_steps = 0  # steps dropped for a non-finite loss or gradient (saved in checkpoints)
+        self.skips_in_a_row = 0
         self.policy: Any = None
         self.tokenizer: Any = None
         self.last_record: StepRecord | None = None
@@ -222,13 +236,15 @@ class AgonModule(L.LightningModule):
         if self.policy is not None:
             return
         base, self.tokenizer = load_base(self.model_name_or_path, self.dtype_name)
-        if self.gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            base.enable_input_require_grads()
         self.policy = attach_adapters(base, self.adapter_names, self.lora)
+        if self.gradient_checkpointing:
+            enable_checkpointing(self.policy)
+        # What trains, is saved and is restored is decided here, once, by adapter name — never
+        # read back from requires_grad, which PEFT toggles whenever the active adapter changes.
         self._trainable = [p for name in self.adapter_names for p in adapter_parameters(self.policy, name)]
         for p in self._trainable:
             p.requires_grad_(True)
+        self._logit_head = logit_head(self.policy)  # refuses a model whose logits it cannot reproduce
 
     def setup(self, stage: str) -> None:
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
@@ -290,19 +306,16 @@ class AgonModule(L.LightningModule):
 
     # ------------------------------------------------------------------ update
     def _logprobs(self, adapter: str | None, rb: RolloutBatch) -> tuple[Tensor, Tensor]:
+        """``(log-probs, entropies)`` ``[B, T]`` of ``rb``'s completions under ``adapter`` (``None``: the base)."""
+        args = (self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
         if adapter is None:
-            with self.policy.disable_adapter():
-                hidden = completion_hidden_states(
-                    self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask
-                )
-                return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids,
-                                      self._temperature, self.grpo.logprob_chunk_size)  # fmt: skip
-        activate(self.policy, adapter, self._trainable)
-        hidden = completion_hidden_states(
-            self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask
-        )
+            with base_only(self.policy, self._trainable):
+                hidden = completion_hidden_states(*args)
+        else:
+            activate(self.policy, adapter, self._trainable)
+            hidden = completion_hidden_states(*args)
         return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids, self._temperature,
-                              self.grpo.logprob_chunk_size)  # fmt: skip
+                              self.grpo.logprob_chunk_size, self._logit_head)  # fmt: skip
 
     @property
     def _temperature(self) -> float:
@@ -333,6 +346,11 @@ class AgonModule(L.LightningModule):
         return loss, stats
 
     def _update(self, roles: list[RoleRollout]) -> dict[str, float]:
+        """μ optimizer steps on the step's rollouts; each micro-batch is one joint backward of both roles.
+
+        A backward whose loss or gradient is not finite reaches no adapter: the step is skipped
+        (see :meth:`_skip`).
+        """
         opt = self.optimizers()
         total = len(roles[0].rollouts)
         mb = self.grpo.micro_batch_size or total
@@ -354,26 +372,62 @@ class AgonModule(L.LightningModule):
         stats_sum: dict[str, float] = {}
         for _ in range(self.grpo.num_iterations):
             opt.zero_grad(set_to_none=True)
+            finite = [True] * len(roles)
             for start in range(0, total, mb):
                 rows = slice(start, start + mb)
                 loss = torch.zeros((), device=self.device)
-                for r, norm in zip(roles, norms):
+                for i, (r, norm) in enumerate(zip(roles, norms)):
                     role_loss, stats = self._role_loss(r, rows, norm)
                     loss = loss + role_loss
+                    value = float(role_loss.detach())
+                    finite[i] = finite[i] and math.isfinite(value)
                     share = min(mb, total - start) / total / len(roles) / self.grpo.num_iterations
                     for k, v in stats.items():
                         stats_sum[k] = stats_sum.get(k, 0.0) + float(v) * share
-                    stats_sum["loss"] = (
-                        stats_sum.get("loss", 0.0) + float(role_loss.detach()) / self.grpo.num_iterations
-                    )
+                    stats_sum["loss"] = stats_sum.get("loss", 0.0) + value / self.grpo.num_iterations
+                # Always backward, even on a NaN: under DDP every rank must join each all-reduce.
                 self.manual_backward(loss)
+            bad = self._nonfinite(roles, finite)
+            if self.trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
+                opt.zero_grad(set_to_none=True)
+                self._skip(bad or ["another process's"])
+                return stats_sum
             if self.max_grad_norm is not None:
                 self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
+        self.skips_in_a_row = 0
         return stats_sum
+
+    def _nonfinite(self, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
+        """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
+        bad = []
+        for i, role in enumerate(roles):
+            grads = [p.grad for p in adapter_parameters(self.policy, role.adapter) if p.grad is not None]
+            grads_ok = all(bool(torch.isfinite(g).all()) for g in grads)
+            if not (finite_loss[i] and grads_ok):
+                what = "loss" if not finite_loss[i] else "gradient"
+                bad.append(f"{'drafter' if i == 0 else 'challenger'} ({role.adapter}, non-finite {what})")
+        return bad
+
+    def _skip(self, bad: list[str]) -> None:
+        """Drop this step's update; stop after ``max_consecutive_skips`` in a row."""
+        self.skipped_steps += 1
+        self.skips_in_a_row += 1
+        message = (
+            f"step {self.agon_step}: non-finite loss or gradient in the {', '.join(bad)}; the update was "
+            f"skipped ({self.skips_in_a_row} in a row, {self.skipped_steps} in all)"
+        )
+        if self.skips_in_a_row >= self.max_consecutive_skips:
+            raise FloatingPointError(
+                f"{message}. Training stopped after {self.skips_in_a_row} skipped steps in a row "
+                f"(model.max_consecutive_skips={self.max_consecutive_skips}). The adapters, and every "
+                "checkpoint written, hold the last good step. Lower the learning rate, check the rewards the "
+                "verifier and reward component return, or resume from the last checkpoint."
+            )
+        rank_zero_warn(message)
 
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
         t0 = time.perf_counter()
@@ -390,9 +444,16 @@ class AgonModule(L.LightningModule):
         metrics = step_metrics(record)
         metrics.update({f"train/{k}": v for k, v in stats.items()})
         metrics["train/frac_zero_std_groups"] = float(torch.cat(zero_std).mean())
+        metrics["train/skipped_steps"] = float(self.skipped_steps)
         metrics["time/generate_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=True)
+        if record.challenge is not None:
+            # Rates from counts summed over every process, so each rank logs the same keys (no DDP hang).
+            counts = self.trainer.strategy.reduce(exchange_counts(record).to(self.device), reduce_op="sum")
+            rates = exchange_rates(counts.cpu())
+            if rates:
+                self.log_dict(rates, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=False)
         self.last_record = record
         self.agon_step += 1
 
@@ -444,16 +505,65 @@ class AgonModule(L.LightningModule):
         return [r.to_dict() for r in solve_batch(self, batch, drafter, answerer)]
 
     # ------------------------------------------------------------------ checkpoints
+    def adapter_state_keys(self, keys: Any) -> dict[str, list[str]]:
+        """The state-dict keys among ``keys`` that hold each adapter's weights, by adapter name."""
+        return {name: [k for k in keys if "lora_" in k and f".{name}." in k] for name in self.adapter_names}
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Keep only the adapters: the base is frozen and reloads from model_name_or_path.
-        keep = {n for n, p in self.named_parameters() if p.requires_grad}
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
-        checkpoint["agon"] = {"step": self.agon_step, "history": self.evaluator.history}
+        # Keep only the adapters, chosen by name: the base is frozen and reloads from model_name_or_path.
+        state = checkpoint["state_dict"]
+        by_adapter = self.adapter_state_keys(state)
+        empty = [name for name, keys in by_adapter.items() if not keys]
+        if empty:
+            raise RuntimeError(f"refusing to write a checkpoint without adapter(s) {empty}: no tensors found")
+        checkpoint["state_dict"] = {k: state[k] for keys in by_adapter.values() for k in keys}
+        checkpoint["agon"] = {
+            "step": self.agon_step,
+            "history": self.evaluator.history,
+            "adapters": {name: len(keys) for name, keys in by_adapter.items()},
+            "skipped_steps": self.skipped_steps,
+            "skips_in_a_row": self.skips_in_a_row,
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("agon", {})
+        # Once configure_model has run, the adapters the checkpoint must hold are known. (DeepSpeed
+        # keeps module weights in its own files: there is no "state_dict" here to check.)
+        if self.policy is not None and "state_dict" in checkpoint:
+            names = [n for n, _ in self.named_parameters()]
+            check_adapter_state(self.adapter_state_keys(names), checkpoint["state_dict"], state)
         self.agon_step = int(state.get("step", 0))
         self.evaluator.history = list(state.get("history", []))
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.skips_in_a_row = int(state.get("skips_in_a_row", 0))
+
+
+def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Raise unless ``state`` holds every tensor of every adapter in ``expected`` (and no other adapter).
+
+    Checkpoints hold only the adapters and load with ``strict=False`` (the frozen base is not in
+    them), so without this check a checkpoint missing an adapter would restore as nothing.
+    """
+    problems = []
+    for name, keys in expected.items():
+        missing = [k for k in keys if k not in state]
+        if missing:
+            problems.append(
+                f"adapter {name!r}: {len(missing)} of {len(keys)} tensors missing (e.g. {missing[0]})"
+            )
+    known = {k for keys in expected.values() for k in keys}
+    extra = sorted({k for k in state if k not in known})
+    if extra:
+        problems.append(f"{len(extra)} tensors of adapters this run does not have (e.g. {extra[0]})")
+    if problems:
+        saved = meta.get("adapters")
+        raise ValueError(
+            "the checkpoint does not match this run's adapters "
+            f"{sorted(expected)}"
+            + (f" (it was saved with {saved})" if saved else "")
+            + ": "
+            + "; ".join(problems)
+        )
 
 
 def _mean(values: Tensor) -> float:
@@ -473,15 +583,33 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
     c = record.challenge
     if c is None:
         return metrics
-    a, b = d.correct, c.correct
-    wrong, right = (a == 0), (a == 1)
     metrics.update({
         "train/challenge/reward": _mean(c.rewards),
-        "train/challenge/accuracy": _mean(b),
+        "train/challenge/accuracy": _mean(c.correct),
         "train/challenge/length": _mean(c.rollouts.lengths),
         "train/challenge/truncation_rate": _mean(c.rollouts.truncated),
-        # P(challenger right | draft wrong) and P(challenger wrong | draft right); 0 when undefined.
-        "train/conversion_rate": float((b[wrong] == 1).float().mean()) if wrong.any() else 0.0,
-        "train/regression_rate": float((b[right] == 0).float().mean()) if right.any() else 0.0,
     })  # fmt: skip
     return metrics
+
+
+def exchange_counts(record: StepRecord) -> Tensor:
+    """``[converted, wrong drafts, regressed, right drafts]`` of a step (zeros without a challenger)."""
+    if record.challenge is None:
+        return torch.zeros(4)
+    a, b = record.draft.correct, record.challenge.correct
+    wrong, right = a == 0, a == 1
+    return torch.stack([(b[wrong] == 1).sum(), wrong.sum(), (b[right] == 0).sum(), right.sum()]).float()
+
+
+def exchange_rates(counts: Tensor) -> dict[str, float]:
+    """P(challenger right | draft wrong) and P(challenger wrong | draft right), each only where defined.
+
+    A step with no wrong draft has no conversion rate (not a rate of 0): the key is left out.
+    """
+    converted, wrong, regressed, right = (float(x) for x in counts)
+    rates = {}
+    if wrong > 0:
+        rates["train/conversion_rate"] = converted / wrong
+    if right > 0:
+        rates["train/regression_rate"] = regressed / right
+    return rates

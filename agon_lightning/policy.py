@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from agon_lightning.grpo import LogitHead
+
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -135,11 +137,82 @@ def activate(model: nn.Module, name: str, trainable: list[nn.Parameter]) -> None
     """Make ``name`` the active adapter, keeping every adapter trainable.
 
     PEFT's ``set_adapter`` freezes the inactive adapters; both policies train every step
-    (one joint backward), so their ``requires_grad`` is restored here.
+    (one joint backward), so their ``requires_grad`` is restored here from ``trainable``,
+    the list decided once, by adapter name, when the adapters were attached.
     """
     model.set_adapter(name)
     for p in trainable:
         p.requires_grad_(True)
+
+
+@contextlib.contextmanager
+def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> Iterator[None]:
+    """The exact frozen base (every adapter off), with ``trainable`` still trainable afterwards.
+
+    Leaving PEFT's ``disable_adapter()`` re-activates the active adapter through
+    ``set_adapter``, which sets ``requires_grad=False`` on every other adapter — and autograd
+    then drops their gradients even from forwards that ran earlier in the step. So the flags
+    are put back by name on the way out.
+    """
+    try:
+        with model.disable_adapter():
+            yield
+    finally:
+        for p in trainable or []:
+            p.requires_grad_(True)
+
+
+class AdapterReplay:
+    """Activation checkpointing that recomputes each forward with the adapter it ran with.
+
+    The checkpointed forward of a decoder layer is recomputed during the backward, when a
+    different adapter may be active (both roles' forwards run before one joint backward).
+    Given to ``torch.utils.checkpoint`` as ``context_fn``: at forward time it notes which
+    adapters are active, and wraps the recomputation in a context that sets exactly those on
+    every LoRA layer — directly, not through ``set_adapter``, so no ``requires_grad`` flag
+    changes in the middle of a backward — and restores what was active before.
+    """
+
+    def __init__(self) -> None:
+        self.layers: list[Any] = []
+
+    def bind(self, model: nn.Module) -> None:
+        """Find the LoRA layers of ``model`` (call once the adapters are attached)."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        self.layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+
+    def __call__(self) -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+        if not self.layers:
+            raise RuntimeError(
+                "AdapterReplay is not bound to a model: call bind(model) after attaching adapters"
+            )
+        state = [(layer._active_adapter, layer._disable_adapters) for layer in self.layers]
+        return contextlib.nullcontext(), self._replaying(state)
+
+    @contextlib.contextmanager
+    def _replaying(self, state: list[tuple[Any, bool]]) -> Iterator[None]:
+        now = [(layer._active_adapter, layer._disable_adapters) for layer in self.layers]
+        try:
+            for layer, (active, disabled) in zip(self.layers, state):
+                layer._active_adapter, layer._disable_adapters = active, disabled
+            yield
+        finally:
+            for layer, (active, disabled) in zip(self.layers, now):
+                layer._active_adapter, layer._disable_adapters = active, disabled
+
+
+def enable_checkpointing(model: nn.Module) -> None:
+    """Activation checkpointing on ``model``'s base, recomputing with the adapter each forward used."""
+    replay = AdapterReplay()
+    base = model.get_base_model()
+    kwargs = {"use_reentrant": False, "context_fn": replay}
+    if hasattr(base, "activation_checkpointing_enable"):
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers releases before the rename
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    base.enable_input_require_grads()
+    replay.bind(model)
 
 
 @contextlib.contextmanager
@@ -179,6 +252,33 @@ def output_weight(model: nn.Module) -> Tensor:
     return model.get_base_model().get_output_embeddings().weight
 
 
+def logit_head(model: nn.Module) -> LogitHead:
+    """How the model turns ``hidden @ W.T`` into its logits, read from its config.
+
+    Handles the families that scale (Cohere ``logit_scale``, Granite ``logits_scaling``) or
+    soft-cap (Gemma 2/3 ``final_logit_softcapping``) their final logits, so the trainer's
+    log-probs are those of the policy that sampled.
+
+    Raises:
+        ValueError: an output layer with a bias (the chunked log-probs project without one).
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = base.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError(
+            f"{type(base).__name__}'s output layer has a bias, which the chunked log-probs do not apply; "
+            "this model is not supported"
+        )
+    config = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    scale = 1.0
+    if getattr(config, "logit_scale", None) is not None:  # Cohere: logits * logit_scale
+        scale *= float(config.logit_scale)
+    if getattr(config, "logits_scaling", None) is not None:  # Granite: logits / logits_scaling
+        scale /= float(config.logits_scaling)
+    softcap = getattr(config, "final_logit_softcapping", None)
+    return LogitHead(scale=scale, softcap=float(softcap) if softcap else None)
+
+
 def sample_with(
     model: nn.Module,
     rollout: Any,
@@ -195,7 +295,7 @@ def sample_with(
     """
     with generating(model):
         if adapter is None:
-            with model.disable_adapter():
+            with base_only(model, trainable):
                 return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
         activate(model, adapter, trainable or [])
         return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

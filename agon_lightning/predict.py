@@ -32,7 +32,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from agon_lightning.cascade import Cascade
+from agon_lightning.cascade import UNVERIFIABLE, Cascade
 from agon_lightning.data.files import ProblemFields, ProblemRow, read_problem_rows
 
 log = logging.getLogger(__name__)
@@ -45,14 +45,17 @@ class PredictSummary:
     Attributes:
         rows: Input rows read.
         errors: Rows that could not be read (written as error records).
-        graded: Problems with a gold answer (and so a verdict).
+        graded: Problems with a gold answer that the verifier could judge.
         correct: Graded problems whose final answer the verifier accepted.
+        unverifiable: Problems with a gold answer the verifier could not judge (their verdict's
+            reason says why; they are written, not graded).
     """
 
     rows: int = 0
     errors: int = 0
     graded: int = 0
     correct: int = 0
+    unverifiable: int = 0
 
     @property
     def pass_at_1(self) -> float | None:
@@ -65,7 +68,8 @@ class PredictSummary:
             if self.pass_at_1 is None
             else f"pass@1 {self.correct}/{self.graded} = {self.pass_at_1:.4f}"
         )
-        return f"{self.rows} rows, {self.errors} bad; {score}"
+        extra = f"; {self.unverifiable} could not be judged" if self.unverifiable else ""
+        return f"{self.rows} rows, {self.errors} bad; {score}{extra}"
 
 
 def _solve_and_write(
@@ -90,12 +94,14 @@ def _solve_and_write(
         else:
             result = next(results)
             record.update(result.to_dict())
-            if result.verdict is not None:
+            if result.verdict is not None and result.verdict.reason.startswith(UNVERIFIABLE):
+                summary.unverifiable += 1
+            elif result.verdict is not None:
                 summary.graded += 1
                 summary.correct += int(result.verdict.correct)
         summary.rows += 1
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    out.flush()
+    out.flush()  # each batch reaches the file as it is solved: a later crash keeps what was written
 
 
 def predict_file(
@@ -240,6 +246,12 @@ def predict_main(argv: list[str] | None = None) -> None:
         args.seed,
     )
     print(f"{args.output}: {summary}")
+    if summary.unverifiable:
+        print(
+            f"{summary.unverifiable} rows could not be judged by the bundle's verifier (their verdict's "
+            f'"reason" says why); their answers are written, ungraded',
+            file=sys.stderr,
+        )
     if summary.errors:
         print(
             f'{summary.errors} input rows could not be read; see their "error" records in {args.output}',

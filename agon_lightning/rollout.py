@@ -55,6 +55,24 @@ def completion_mask(completion_ids: Tensor, eos_ids: list[int]) -> tuple[Tensor,
     return (~seen_before).long(), ~is_eos.any(dim=1)
 
 
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and each EOS of the model's generation config.
+
+    Qwen3's generation config lists two (``<|im_end|>`` and ``<|endoftext|>``) while its
+    tokenizer names one; a rollout that stopped on the tokenizer's alone would run past the
+    other to ``max_new_tokens`` and be counted as truncated.
+    """
+    ids: list[int] = []
+    config = getattr(model, "generation_config", None)
+    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
+        for i in value if isinstance(value, (list, tuple)) else [value]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation config names an EOS token")
+    return ids
+
+
 class Rollout(ABC):
     """Samples ``num_samples`` completions for each prompt with the model's active adapter."""
 
@@ -124,8 +142,7 @@ class HFRollout(Rollout):
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         ids = enc["input_ids"].repeat_interleave(num_samples, dim=0).to(device)  # [B, P]
         attn = enc["attention_mask"].repeat_interleave(num_samples, dim=0).to(device)
-        eos = tokenizer.eos_token_id
-        eos_ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+        eos_ids = stop_token_ids(model, tokenizer)
         kwargs: dict[str, Any] = dict(
             max_new_tokens=self.max_new_tokens,
             pad_token_id=tokenizer.pad_token_id,

@@ -30,11 +30,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
+from agon_lightning.grpo import LogitHead
 from agon_lightning.policy import (
     activate,
     adapter_parameters,
+    base_only,
     completion_hidden_states,
     generating,
+    logit_head,
     output_weight,
 )
 from agon_lightning.rollout import RolloutBatch
@@ -91,7 +94,11 @@ def delta_stats(model: nn.Module, adapters: tuple[str, ...]) -> dict[str, float]
 # Behaviour: next-token distributions and answers
 # ---------------------------------------------------------------------------------------------
 def mean_token_kls(
-    hidden: dict[str, Tensor], weight: Tensor, mask: Tensor, pairs: list[tuple[str, str, str]]
+    hidden: dict[str, Tensor],
+    weight: Tensor,
+    mask: Tensor,
+    pairs: list[tuple[str, str, str]],
+    head: LogitHead = LogitHead(),
 ) -> dict[str, float]:
     """Mean over the tokens in ``mask`` of KL(p‖q) for each ``(name, p, q)`` of ``pairs``.
 
@@ -100,11 +107,15 @@ def mean_token_kls(
         weight: ``[V, H]`` output embeddings.
         mask: ``[B, T]`` 1 on the tokens to average over.
         pairs: ``(metric name, policy p, policy q)``.
+        head: The model's logit scaling and soft-capping.
     """
     totals = dict.fromkeys((name for name, _, _ in pairs), 0.0)
     for row in range(mask.shape[0]):  # one row's [T, V] logits at a time
         keep = mask[row].bool()
-        logp = {k: torch.log_softmax((h[row][keep] @ weight.T).float(), dim=-1) for k, h in hidden.items()}
+        logp = {
+            k: torch.log_softmax(head.apply((h[row][keep] @ weight.T).float()), dim=-1)
+            for k, h in hidden.items()
+        }
         for name, p, q in pairs:
             totals[name] += float((logp[p].exp() * (logp[p] - logp[q])).sum())
     count = max(int(mask.sum()), 1)
@@ -197,7 +208,7 @@ class DivergenceMonitor(L.Callback):
         trainable = [p for n in names for p in adapter_parameters(policy, n)]
         args = (rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
         with generating(policy):
-            with policy.disable_adapter():
+            with base_only(policy, trainable):
                 hidden = {"base": completion_hidden_states(policy, *args)}
             for name in names:
                 activate(policy, name, trainable)
@@ -205,7 +216,7 @@ class DivergenceMonitor(L.Callback):
         pairs = [(f"kl_{n}_base", n, "base") for n in names]
         if len(names) == 2:
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]
-        out = mean_token_kls(hidden, output_weight(policy), rb.completion_mask, pairs)
+        out = mean_token_kls(hidden, output_weight(policy), rb.completion_mask, pairs, logit_head(policy))
         if len(names) == 2:
             out["symmetric_kl"] = out.pop("kl_ab") + out.pop("kl_ba")
         return out

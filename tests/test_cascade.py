@@ -224,3 +224,38 @@ def test_api_rejects_empty_questions_and_unknown_drafters(fitted):
         cascade.solve(["1+1=", "  "])
     with pytest.raises(ValueError, match=r"drafter must be one of \['alpha', 'beta'\], got 'gamma'"):
         cascade.solve(["1+1="], drafter="gamma")
+
+
+def test_rows_the_verifier_cannot_judge_keep_their_answers(fitted, tmp_path, capsys):
+    """A bundle trained with reasoning-gym's verifier, given plain question/answer rows (no task metadata)."""
+    import shutil
+
+    _, bundle, _, _ = fitted
+    copy = tmp_path / "rg_bundle"
+    shutil.copytree(bundle, copy)
+    meta = json.loads((copy / "agon.json").read_text())
+    meta["verifier"] = {
+        "class_path": "agon_lightning.verifiers.reasoning_gym.ReasoningGymVerifier",
+        "init_args": {},
+    }
+    (copy / "agon.json").write_text(json.dumps(meta))
+    source = tmp_path / "mine.jsonl"
+    source.write_text(
+        "".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6))
+    )
+    out = tmp_path / "out.jsonl"
+    main(
+        ["predict", "--bundle", str(copy), "--input", str(source), "--output", str(out), "--batch-size", "4"]
+    )
+    records = read_jsonl(out)
+    assert [r["index"] for r in records] == list(range(6))
+    assert all(r["final"] is not None for r in records)
+    for r in records:
+        assert r["verdict"]["correct"] is False
+        assert r["verdict"]["reason"].startswith(
+            "unverifiable: ReasoningGymVerifier: ReasoningGymVerifier needs"
+        )
+    streams = capsys.readouterr()
+    assert "6 could not be judged" in streams.out and "6 rows could not be judged" in streams.err
+    results = Cascade.from_pretrained(copy).solve([Problem(question="1+1=", answer="2"), "2+2="])
+    assert results[0].verdict.reason.startswith("unverifiable") and results[1].verdict is None

@@ -116,7 +116,7 @@ def test_agon_fit_writes_the_metrics(tiny_model_dir, tmp_path):
     rows = list(csv.DictReader(metrics_file.open()))
     columns = set(rows[0])
     for name in ["train/draft/reward", "train/challenge/reward", "train/draft/accuracy", "train/challenge/accuracy",
-                 "train/conversion_rate", "train/regression_rate", "train/draft/length", "train/challenge/length",
+                 "train/conversion_rate", "train/draft/length", "train/challenge/length", "train/skipped_steps",
                  "train/clip_fraction", "train/frac_zero_std_groups", "time/generate_s", "time/update_s",
                  "train/drafter", "val/base/pass@1", "val/alpha/pass@1", "val/beta/pass@1",
                  "val/cascade_ab/pass@1", "val/cascade_ba/pass@1"]:  # fmt: skip
