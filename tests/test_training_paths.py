@@ -36,8 +36,10 @@ FACTORS: dict[str, list] = {
 }
 LORA = LoraOptions(r=2, target_modules=["q_proj", "v_proj", "down_proj"], beta_init_std=0.05)
 ROLLOUT_TEMPERATURE = 0.7
-# float32 round-off between the chunked hidden-state path and full logits, summed over a step.
-ATOL = 2e-6
+# float32 round-off between the chunked hidden-state path and full logits, accumulated over two
+# steps of lr 1 (largest seen: 3e-6 on an update of 0.14); the defects this guards against are
+# of the size of the update itself.
+ATOL, RTOL = 1e-6, 5e-5
 
 
 def pairwise(factors: dict[str, list]) -> list[dict]:
@@ -172,4 +174,4 @@ def test_every_path_matches_the_plain_reference(tiny_model_dir, tmp_path, case):
                 f"step {step}: {adapter} had a learning signal but did not move: {row}"
             )
         scale = max(row[a + "_expected"] for a in module.adapter_names)
-        assert row["diff"] <= ATOL + 1e-5 * scale, f"step {step}: trainer != reference: {row}"
+        assert row["diff"] <= ATOL + RTOL * scale, f"step {step}: trainer != reference: {row}"
