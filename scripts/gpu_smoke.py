@@ -1,10 +1,12 @@
 """GPU smoke check: the Qwen3-0.6B architecture (random init, no download) under each strategy.
 
-    python scripts/gpu_smoke.py --steps 3 --out smoke.json
+    python scripts/gpu_smoke.py --steps 3 --out smoke.json [-- --model.gradient_checkpointing=true ...]
 
 For each of single-device, DeepSpeed ZeRO-2 and FSDP it runs ``--steps`` Agon steps in a
 fresh process and prints step time, generation tokens/s, peak GPU memory and the adapters'
-memory against the base. The tokenizer is the project's character tokenizer (ids fit in
+memory against the base, the steps skipped as non-finite, and whether both adapters moved
+(each role must update its own adapter under every option). What follows ``--`` is passed to
+every run as LightningCLI overrides. The tokenizer is the project's character tokenizer (ids fit in
 Qwen3's 151,936-entry vocabulary), so nothing is fetched from a hub.
 """
 
@@ -46,7 +48,7 @@ def build_model(path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
-def run_one(name: str, model_dir: str, steps: int, out: str) -> None:
+def run_one(name: str, model_dir: str, steps: int, out: str, extra: list[str]) -> None:
     """Runs inside a fresh process: one strategy, ``steps`` steps, stats to ``out``."""
     import lightning as L
     import torch
@@ -61,7 +63,7 @@ def run_one(name: str, model_dir: str, steps: int, out: str) -> None:
         "--trainer.devices=1", f"--trainer.limit_train_batches={steps}", "--trainer.max_epochs=1",
         "--trainer.limit_val_batches=0", "--model.validate_at_start=false", "--model.grpo.num_generations=8",
         "--model.rollout.init_args.max_new_tokens=256", "--data.init_args.batch_size=8",
-        f"--trainer.default_root_dir={Path(out).parent / name}",
+        f"--trainer.default_root_dir={Path(out).parent / name}", *extra,
     ]  # fmt: skip
     if name == "single":
         args += ["--trainer.precision=bf16-true"]
@@ -82,12 +84,19 @@ def run_one(name: str, model_dir: str, steps: int, out: str) -> None:
 
     torch.cuda.reset_peak_memory_stats()
     cli = AgonCLI(args=args, run=False)
+    cli.model.configure_model()
+    start = {n: p.detach().float().clone() for n, p in cli.model.policy.named_parameters() if "lora_" in n}
     cli.trainer.callbacks.append(Stats())
     cli.trainer.fit(cli.model, cli.datamodule)
     base = sum(p.numel() for n, p in cli.model.policy.named_parameters() if "lora_" not in n)
     adapters = sum(p.numel() for n, p in cli.model.policy.named_parameters() if "lora_" in n)
+    moved = {
+        a: max(float((p.detach().float() - start[n]).abs().max()) for n, p in cli.model.policy.named_parameters()
+               if n in start and f".{a}." in n)
+        for a in cli.model.adapter_names
+    }  # fmt: skip
     stats.update(peak_gpu_gib=torch.cuda.max_memory_allocated() / 2**30, base_params=base, adapter_params=adapters,
-                 adapter_share=adapters / base)  # fmt: skip
+                 adapter_share=adapters / base, moved=moved, skipped_steps=cli.model.skipped_steps)  # fmt: skip
     Path(out).write_text(json.dumps(stats))
 
 
@@ -97,9 +106,11 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     parser.add_argument("--out", default="gpu_smoke.json")
     parser.add_argument("--one", nargs=3, metavar=("NAME", "MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.one:
-        run_one(args.one[0], args.one[1], args.steps, args.one[2])
+        run_one(args.one[0], args.one[1], args.steps, args.one[2], extra)
         return
     work = Path(tempfile.mkdtemp(prefix="agon-smoke-"))
     build_model(work / "qwen3-0.6b-random")
@@ -115,6 +126,8 @@ def main() -> None:
             name,
             str(work / "qwen3-0.6b-random"),
             str(out),
+            "--",
+            *extra,
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not out.exists():
@@ -126,15 +139,18 @@ def main() -> None:
             )
             continue
         rows.append(json.loads(out.read_text()))
-    print(f"{'strategy':<18}{'step s (median)':>16}{'gen tok/s':>12}{'peak GiB':>10}{'adapters/base':>15}")
+    print(f"{'strategy':<18}{'step s (median)':>16}{'gen tok/s':>12}{'peak GiB':>10}{'adapters/base':>15}"
+          f"{'skipped':>9}  moved (max |Δ|)")  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"{r['strategy']:<18} FAILED: {r['error'][:100]}")
             continue
         step = sorted(r["step_s"])[len(r["step_s"]) // 2]
         tps = sorted(r["gen_tokens_per_s"])[len(r["gen_tokens_per_s"]) // 2]
+        moved = " ".join(f"{a}={v:.1e}" for a, v in r["moved"].items())
         print(
             f"{r['strategy']:<18}{step:>16.2f}{tps:>12.0f}{r['peak_gpu_gib']:>10.2f}{r['adapter_share']:>14.2%}"
+            f"{r['skipped_steps']:>9}  {moved}"
         )
     Path(args.out).write_text(json.dumps(rows, indent=2))
     print(f"wrote {args.out}")
