@@ -23,7 +23,9 @@ def start_end_table(history: Histories, keys: list[str] | None = None) -> str:
     if not history:
         return "(no validation was run)"
     (s0, first), (s1, last) = history[0], history[-1]
-    keys = keys or sorted({k.split("/")[1] for k in first if k.startswith("val/") and k.endswith("/pass@1")})
+    keys = keys or sorted(
+        {k[len("val/") : -len("/pass@1")] for k in first if k.startswith("val/") and k.endswith("/pass@1")}
+    )
     lines = [
         f"| policy | pass@1 @ step {s0} | pass@1 @ step {s1} | change | length @ {s0} | length @ {s1} |",
         "|---|---|---|---|---|---|",
@@ -44,7 +46,12 @@ def plot_history(history: Histories, path: str | Path) -> Path:
 
     path = Path(path)
     keys = sorted(
-        {k.split("/")[1] for _, m in history for k in m if k.startswith("val/") and k.endswith("/pass@1")}
+        {
+            k[len("val/") : -len("/pass@1")]
+            for _, m in history
+            for k in m
+            if k.startswith("val/") and k.endswith("/pass@1")
+        }
     )
     keys = [k for k in keys if k != "deployed"]
     fig, (ax_acc, ax_len) = plt.subplots(1, 2, figsize=(11, 4))

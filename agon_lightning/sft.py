@@ -2,9 +2,11 @@
 
 RL only has signal where some samples are right, so Agon needs a base that already solves
 part of its problems. This module trains one on worked solutions (:mod:`agon_lightning.traces`)
-in exactly the prompts RL will use, for both roles: the drafter's plain problem prompt, and
-the challenger's problem-plus-rival-summary prompt, where the rival's draft is sometimes
-right and sometimes slipped, and the target is always the correct solution. The loss covers
+in exactly the prompts RL will use, for both roles: the drafter's plain problem prompt (which
+is also what the no-exchange ablation's challenger reads), and the challenger's
+problem-plus-rival-summary prompt, where the rival's draft is right, has a slipped step, wrote
+up only part of its work, or was cut off inside its trace (an empty summary) — every summary a
+challenger can meet in RL — and the target is always the correct solution. The loss covers
 completion tokens only.
 
 Training stops on an *evaluated* threshold (greedy accuracy on held-out problems, see
@@ -39,7 +41,13 @@ from agon_lightning.rollout import HFRollout, Rollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
-from agon_lightning.traces import corrupted_completion, target_completion
+from agon_lightning.traces import (
+    corrupted_completion,
+    evaluate,
+    format_completion,
+    problem_expression,
+    target_completion,
+)
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
@@ -47,6 +55,10 @@ from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 # ---------------------------------------------------------------------------------------------
 # Examples
 # ---------------------------------------------------------------------------------------------
+
+
+RIVALS = ("right", "slipped", "partial", "empty")
+DEFAULT_RIVAL_MIX = {"right": 0.3, "slipped": 0.4, "partial": 0.15, "empty": 0.15}
 
 
 @dataclass
@@ -58,51 +70,64 @@ class SFTExample:
         target: The completion to learn (the correct worked solution).
         rival_draft: For a challenger example, the rival's full draft (its summary goes in the
             prompt); ``None`` for a drafter example.
-        rival_correct: Whether ``rival_draft`` is the correct solution.
+        rival: What the rival's draft is (one of :data:`RIVALS`), for a challenger example.
     """
 
     problem: Problem
     target: str
     rival_draft: str | None = None
-    rival_correct: bool = False
+    rival: str = ""
 
     @property
     def kind(self) -> str:
-        """``draft``, ``challenge_right`` or ``challenge_wrong`` (the metric group)."""
-        if self.rival_draft is None:
-            return "draft"
-        return "challenge_right" if self.rival_correct else "challenge_wrong"
+        """``draft`` or ``challenge_<rival>`` (the metric group)."""
+        return "draft" if self.rival_draft is None else f"challenge_{self.rival}"
+
+
+def rival_draft(problem: Problem, rival: str, rng: random.Random) -> str:
+    """A rival's draft of ``problem`` of the given kind (see :data:`RIVALS`).
+
+    ``partial`` writes up only its first intermediate result; ``empty`` is the correct draft cut
+    off inside its trace, which has no summary to show.
+    """
+    if rival == "right":
+        return target_completion(problem)
+    if rival == "slipped":
+        return corrupted_completion(problem, rng)
+    if rival == "partial":
+        steps, value = evaluate(problem_expression(problem))
+        return format_completion(steps, str(value), summary_steps=1)
+    if rival == "empty":
+        target = target_completion(problem)
+        return target[: rng.randint(len("<think>"), target.index("</think>"))]
+    raise ValueError(f"unknown rival kind {rival!r}; expected one of {RIVALS}")
 
 
 def build_examples(
-    problems: list[Problem], challenge_fraction: float, wrong_rival_fraction: float, seed: int
+    problems: list[Problem], challenge_fraction: float, rival_mix: dict[str, float], seed: int
 ) -> list[SFTExample]:
-    """One example per problem; a seeded draw makes it a challenger example, with a wrong rival or not."""
+    """One example per problem; a seeded draw makes it a challenger example, with a rival drawn from ``rival_mix``."""
     rng = random.Random(seed)
+    kinds, weights = list(rival_mix), list(rival_mix.values())
     examples = []
     for problem in problems:
         target = target_completion(problem)
         if rng.random() >= challenge_fraction:
             examples.append(SFTExample(problem, target))
-        elif rng.random() < wrong_rival_fraction:
-            examples.append(
-                SFTExample(problem, target, corrupted_completion(problem, rng), rival_correct=False)
-            )
-        else:
-            examples.append(SFTExample(problem, target, target, rival_correct=True))
+            continue
+        rival = rng.choices(kinds, weights)[0]
+        examples.append(SFTExample(problem, target, rival_draft(problem, rival, rng), rival))
     return examples
 
 
 def eval_examples(problems: list[Problem], seed: int) -> list[SFTExample]:
-    """Every problem once as a drafter, once as a challenger (rival alternately right and wrong)."""
+    """Every problem once as a drafter, once as a challenger (the rival kinds in turn)."""
     rng = random.Random(seed)
     drafts = [SFTExample(p, target_completion(p)) for p in problems]
-    challenges = [
-        SFTExample(d.problem, d.target, d.target, True)
-        if i % 2 == 0
-        else SFTExample(d.problem, d.target, corrupted_completion(d.problem, rng), False)
-        for i, d in enumerate(drafts)
-    ]
+    challenges = []
+    for i, d in enumerate(drafts):
+        rival = RIVALS[i % len(RIVALS)]
+        challenges.append(SFTExample(d.problem, d.target, rival_draft(d.problem, rival, rng), rival))
     return drafts + challenges
 
 
@@ -141,7 +166,8 @@ class SFTDataModule(ReasoningGymDataModule):
 
     Args:
         challenge_fraction: Share of training examples in the challenger's prompt format.
-        wrong_rival_fraction: Share of those whose rival draft has a slipped step.
+        rival_mix: Rival kind (``right``, ``slipped``, ``partial``, ``empty``) → share of the
+            challenger examples.
         (other args): As :class:`~agon_lightning.data.reasoning_gym.ReasoningGymDataModule`.
     """
 
@@ -155,7 +181,7 @@ class SFTDataModule(ReasoningGymDataModule):
         batch_size: int = 64,
         val_batch_size: int = 200,
         challenge_fraction: float = 0.5,
-        wrong_rival_fraction: float = 0.5,
+        rival_mix: dict[str, float] | None = None,
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
@@ -163,19 +189,19 @@ class SFTDataModule(ReasoningGymDataModule):
             tasks=tasks, train_size=train_size, val_size=val_size, data_seed=data_seed, val_seed=val_seed,
             batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
         )  # fmt: skip
-        for name, value in (
-            ("challenge_fraction", challenge_fraction),
-            ("wrong_rival_fraction", wrong_rival_fraction),
-        ):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if not 0.0 <= challenge_fraction <= 1.0:
+            raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
+        rival_mix = dict(DEFAULT_RIVAL_MIX if rival_mix is None else rival_mix)
+        unknown = sorted(set(rival_mix) - set(RIVALS))
+        if unknown or any(w < 0 for w in rival_mix.values()) or sum(rival_mix.values()) <= 0:
+            raise ValueError(
+                f"rival_mix must map some of {RIVALS} to non-negative shares with a positive sum, got {rival_mix}"
+            )
         self.challenge_fraction = challenge_fraction
-        self.wrong_rival_fraction = wrong_rival_fraction
+        self.rival_mix = rival_mix
 
     def train_dataloader(self) -> DataLoader:
-        examples = build_examples(
-            self.train_problems, self.challenge_fraction, self.wrong_rival_fraction, self.seed
-        )
+        examples = build_examples(self.train_problems, self.challenge_fraction, self.rival_mix, self.seed)
         return DataLoader(
             ProblemDataset(examples),  # type: ignore[arg-type]  # a list dataset of any item
             batch_size=self.batch_size,
@@ -199,15 +225,15 @@ class SFTDataModule(ReasoningGymDataModule):
 # The module
 # ---------------------------------------------------------------------------------------------
 
-METRIC_GROUPS = ("draft", "challenge_right", "challenge_wrong")
+METRIC_GROUPS = ("draft", *(f"challenge_{rival}" for rival in RIVALS))
 
 
 class SFTModule(L.LightningModule):
     """Fine-tunes a causal LM on worked solutions; evaluates held-out greedy accuracy per role.
 
     Logged every validation: ``val/draft_acc`` (the drafter's accuracy, the number to stop on),
-    ``val/challenge_right_acc`` and ``val/challenge_wrong_acc`` (the challenger's accuracy when
-    the rival's summary is right / has a slipped step), and ``val/truncated``.
+    ``val/challenge_{right,slipped,partial,empty}_acc`` (the challenger's accuracy when the
+    rival's summary is right, has a slipped step, is partial, or is empty), and ``val/truncated``.
 
     Args:
         model_name_or_path: A local model directory, a Hub name, or ``agon:NAME`` for a shipped

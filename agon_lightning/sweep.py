@@ -16,9 +16,12 @@ redoes unfinished ones from scratch. The marker records the run's arguments, so 
 command cannot silently mix two settings into one table.
 
 Results come from each run's ``metrics.csv``: the final held-out pass@1 and length of the
-deployed policy (``val/deployed/*``), and the rollout budget: per step
-``(train/draft/length + train/challenge/length) × N × P``, with N and P from the run's saved
-``config.yaml``, summed over steps. Wall time is measured around the process.
+deployed policy (``val/deployed/*``, and ``val/hard/deployed/*`` when the data module has a
+hard split), and the rollout budget: per step ``(train/draft/length + train/challenge/length)
+× N × P``, with N and P from the run's saved ``config.yaml``, summed over steps. Wall time is
+measured around the process. Paired comparisons (Agon against GRPO, each ablation against
+Agon) bootstrap the difference in pass@1 over seeds × problems from each run's
+``outcomes.jsonl`` (:mod:`agon_lightning.stats`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,15 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_VARIANTS = ("grpo", "agon", "cooperative", "no_exchange", "fixed_roles", "moa_untrained", "self_play")
+# (variant, reference): each row of the paired-comparison table is variant − reference.
+COMPARISONS = (
+    ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "agon"), ("no_exchange", "agon"),
+    ("fixed_roles", "agon"), ("self_play", "agon"), ("moa_untrained", "agon"),
+)  # fmt: skip
+SPLITS = (("", "held-out"), ("hard", "hard split"))
+DEFAULT_VARIANTS = (
+    "grpo", "grpo_n", "agon", "cooperative", "no_exchange", "fixed_roles", "self_play", "moa_untrained",
+)  # fmt: skip
 # Variants that train nothing → the evaluator key they report instead of ``deployed``.
 EVAL_ONLY = {"moa_untrained": "moa"}
 MARKER = "sweep_done.json"
@@ -110,7 +121,11 @@ class RunResult:
     rollout_tokens: int
     train_s: float
     wall_s: float
+    hard_pass_at_1: float = math.nan
+    hard_length: float = math.nan
     curve: list[tuple[int, float, float]] = field(default_factory=list)
+    # split → question → (correct, tokens) of the deployed policy at the last evaluation
+    outcomes: dict[str, dict[str, tuple[bool, int]]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- resuming
@@ -243,31 +258,76 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
             * per_length
         )
     final = curve[int(evals[-1]["step"])]  # the last evaluation: after the last step
+    last = evals[-1]
     return RunResult(
         variant, seed, final[0], final[1], _float(evals[0], "val/base/pass@1"), len(steps), tokens,
         sum(_float(r, "time/generate_s") + _float(r, "time/update_s") for r in steps), wall_s,
-        [(step, *curve[step]) for step in sorted(curve)],
+        float(last[f"val/hard/{key}/pass@1"]) if last.get(f"val/hard/{key}/pass@1") else math.nan,
+        float(last[f"val/hard/{key}/length"]) if last.get(f"val/hard/{key}/length") else math.nan,
+        [(step, *curve[step]) for step in sorted(curve)], read_outcomes(logs[-1].parent, key),
     )  # fmt: skip
 
 
+def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, int]]]:
+    """``outcomes.jsonl`` of a run (written by ``ValidationReport``) for the policy ``key``.
+
+    ``deployed`` resolves to the first trained cascade present, else the single adapter; an
+    evaluation-only run (``agon validate``) writes none, and gets ``{}``.
+    """
+    path = run_dir / "outcomes.jsonl"
+    if not path.is_file():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if key == "deployed":
+        key = next(k for k in ("cascade_ab", "cascade_aa", "alpha") if rows and k in rows[0])
+    out: dict[str, dict[str, tuple[bool, int]]] = {}
+    for r in rows:
+        out.setdefault(r["split"], {})[r["question"]] = (bool(r[key]), int(r[f"{key}/length"]))
+    return out
+
+
+def compare(results: Sequence[RunResult], variant: str, reference: str, split: str) -> str | None:
+    """``mean [low, high]`` of pass@1(variant) − pass@1(reference), paired by seed and problem."""
+    from agon_lightning.stats import paired_bootstrap
+
+    ours = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == variant}
+    theirs = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == reference}
+    if not ours or not theirs:
+        return None
+    if len(ours) == 1 and len(theirs) > 1:  # an evaluation-only variant: one seed stands for all
+        ours = dict.fromkeys(theirs, next(iter(ours.values())))
+    seeds = sorted(ours.keys() & theirs.keys())
+    questions = sorted(set.intersection(*(set(ours[s]) & set(theirs[s]) for s in seeds))) if seeds else []
+    if not questions:
+        return None
+    a = [[ours[s][q][0] for q in questions] for s in seeds]
+    b = [[theirs[s][q][0] for q in questions] for s in seeds]
+    return str(paired_bootstrap(a, b)) + f" ({len(seeds)} seeds × {len(questions)})"
+
+
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (``nan`` for a single value)."""
+    """Mean and sample standard deviation of the values that are not ``nan`` (``nan`` for too few)."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return math.nan, math.nan
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
 
 
 def _cell(values: Sequence[float], fmt: str) -> str:
     mean, std = mean_std(values)
+    if math.isnan(mean):
+        return "—"
     return f"{mean:{fmt}}" if math.isnan(std) else f"{mean:{fmt}} ± {std:{fmt}}"
 
 
 def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str] = ()) -> None:
     """``results.csv`` (one row per run), ``results.md`` (mean ± std per variant) and the plots."""
     out.mkdir(parents=True, exist_ok=True)
-    columns = [f for f in RunResult.__dataclass_fields__ if f != "curve"]
+    columns = [f for f in RunResult.__dataclass_fields__ if f not in ("curve", "outcomes")]
     with (out / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({k: v for k, v in asdict(r).items() if k != "curve"} for r in results)
+        writer.writerows({k: v for k, v in asdict(r).items() if k in columns} for r in results)
     by_variant: dict[str, list[RunResult]] = {}
     for r in results:
         by_variant.setdefault(r.variant, []).append(r)
@@ -277,14 +337,27 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
         "alpha for `grpo`; alpha → alpha for `self_play`; base → base for `moa_untrained`), mean ± sample std "
         "over seeds. Rollout tokens: every token sampled in training (drafts + challenges); train time: "
         "generation + update; wall: the whole run, evaluations included.", "",
-        "| variant | seeds | pass@1 | length | steps | rollout tokens | train time (s) | wall (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| variant | seeds | pass@1 | length | hard pass@1 | hard length | steps | rollout tokens | train time (s) | wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for variant, rs in by_variant.items():
         cells = [_cell([getattr(r, k) for r in rs], fmt) for k, fmt in
-                 [("pass_at_1", ".3f"), ("length", ".1f"), ("steps", ".0f"), ("rollout_tokens", ",.0f"),
-                  ("train_s", ".0f"), ("wall_s", ".0f")]]  # fmt: skip
+                 [("pass_at_1", ".3f"), ("length", ".1f"), ("hard_pass_at_1", ".3f"), ("hard_length", ".1f"),
+                  ("steps", ".0f"), ("rollout_tokens", ",.0f"), ("train_s", ".0f"), ("wall_s", ".0f")]]  # fmt: skip
         lines.append(f"| {variant} | {len(rs)} | " + " | ".join(cells) + " |")
+    rows = [
+        (variant, reference, [compare(results, variant, reference, split) for split, _ in SPLITS])
+        for variant, reference in COMPARISONS
+    ]
+    rows = [r for r in rows if any(r[2])]
+    if rows:
+        lines += [
+            "", "Paired differences in pass@1 (variant − reference; mean [95% bootstrap interval] over "
+            "seeds × problems, pairing runs of the same seed on the same problem):", "",
+            "| variant − reference | " + " | ".join(name for _, name in SPLITS) + " |",
+            "|---|" + "---|" * len(SPLITS),
+        ]  # fmt: skip
+        lines += [f"| {v} − {ref} | " + " | ".join(c or "—" for c in cells) + " |" for v, ref, cells in rows]
     if results:
         lines += ["", f"Untrained base alone: pass@1 {_cell([r.base_pass_at_1 for r in results], '.3f')}."]
     if pending:

@@ -91,3 +91,35 @@ def remove_final_answer(text: str) -> str:
         if span is not None:
             return (text[: span[0]] + text[span[1] :]).strip()
     return text.strip()
+
+
+ANSWER_MASK = "?"
+# Characters that continue a token: an occurrence of the answer glued to one of these is part of
+# a longer number or word (``12`` inside ``123`` or ``x12``), not the answer itself.
+_WORD = r"[0-9A-Za-z_]"
+
+
+def answer_pattern(answer: str) -> re.Pattern[str] | None:
+    """A regex for ``answer`` as a whole token or expression, whitespace-insensitive.
+
+    ``-56`` matches in ``17,-56`` and ``= -56.``; ``5`` does not match inside ``15``, ``5.2``,
+    ``x5`` or ``2.5``. ``None`` for an answer with nothing to match.
+    """
+    chars = [c for c in answer if not c.isspace()]
+    if not chars:
+        return None
+    body = r"\s*".join(re.escape(c) for c in chars)
+    before = rf"(?<!{_WORD})(?<![0-9]\.)" if re.match(_WORD, chars[0]) else ""
+    after = rf"(?!{_WORD})(?!\.[0-9])" if re.match(_WORD, chars[-1]) else ""
+    return re.compile(before + body + after)
+
+
+def mask_answer(text: str, answer: str | None, mask: str = ANSWER_MASK) -> str:
+    """``text`` with every whole-token occurrence of ``answer`` replaced by ``mask``.
+
+    A summary must not hand the rival the final answer: removing the answer block is not
+    enough when the write-up restates it (``so the answer is 12.``). Digits inside another
+    number are left alone, so the work that leads to the answer stays readable.
+    """
+    pattern = None if answer is None else answer_pattern(answer)
+    return text if pattern is None else pattern.sub(mask, text)

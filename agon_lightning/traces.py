@@ -2,12 +2,14 @@
 
 A supervised warm-start teaches a base model the shape RL will reward: a short trace of
 elementary steps inside ``<think>…</think>``, then a one-line summary of the intermediate
-results, then ``<answer>…</answer>``::
+results *before the last step*, then ``<answer>…</answer>``::
 
-    <think>42-25=17 17-73=-56</think>17,-56<answer>-56</answer>
+    <think>42-25=17 17-73=-56 -56+30=-26</think>17,-56<answer>-26</answer>
 
-The summary is what the rival reads (the text after the trace with the answer cut out), so
-it has to carry the partial results a challenger can check. The functions here build that
+The summary is what the rival reads (the text after the trace with the answer cut out, and
+any restatement of the answer masked), so it carries the partial results a challenger can
+check and build on, but never the final result: the rival still has to do the last step
+itself, and a slipped step in the summary is there to be caught. The functions here build that
 text from a reasoning-gym problem, and a *corrupted* version of it (one step gets a wrong
 result, later steps carry the error on) so a challenger can be shown plausible wrong drafts.
 They are pure: same problem and seed, same text.
@@ -109,13 +111,15 @@ def evaluate(expression: str, slip_at: int | None = None, slip: int = 0) -> tupl
     return steps, value
 
 
-def format_completion(steps: list[Step], answer: str) -> str:
+def format_completion(steps: list[Step], answer: str, summary_steps: int | None = None) -> str:
     """``<think>`` steps ``</think>`` summary ``<answer>`` answer ``</answer>``.
 
-    The summary lists every intermediate result; with no steps (a bare number) it is the answer.
+    The summary lists the intermediate results of every step but the last (the last one's is
+    the answer), or of the first ``summary_steps`` of them (a partial write-up).
     """
     trace = " ".join(str(step) for step in steps)
-    summary = ",".join(str(step.result) for step in steps) or answer
+    shown = steps[:-1] if summary_steps is None else steps[: max(0, min(summary_steps, len(steps) - 1))]
+    summary = ",".join(str(step.result) for step in shown)
     return f"<think>{trace}</think>{summary}<answer>{answer}</answer>"
 
 

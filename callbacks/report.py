@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import lightning as L
 
 from agon_lightning.report import plot_history, start_end_table
@@ -10,7 +12,9 @@ from .run_files import run_dir
 
 
 class ValidationReport(L.Callback):
-    """At the end of ``fit``: a markdown table (stdout and ``report.md``) and ``validation.png``.
+    """At the end of ``fit``: a markdown table (stdout and ``report.md``), ``validation.png``, and
+    ``outcomes.jsonl`` — the last evaluation problem by problem (question, split, and for each
+    policy whether it was right and its tokens), for paired comparisons between runs.
 
     Args:
         filename: Name of the plot in the run directory.
@@ -28,4 +32,6 @@ class ValidationReport(L.Callback):
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(table + "\n")
         plot = plot_history(history, out / self.filename)
+        outcomes = pl_module.evaluator.last_outcomes
+        (out / "outcomes.jsonl").write_text("".join(json.dumps(o) + "\n" for o in outcomes))
         print(f"\nHeld-out validation, start vs end (greedy pass@1, mean tokens):\n{table}\nplot: {plot}\n")

@@ -13,6 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout import HFRollout
 from agon_lightning.sft import (
+    DEFAULT_RIVAL_MIX,
+    RIVALS,
     SFTCLI,
     SFTDataModule,
     SFTModule,
@@ -21,6 +23,7 @@ from agon_lightning.sft import (
     encode_sft_batch,
     eval_examples,
 )
+from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.text import extract_answer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
 
@@ -48,24 +51,32 @@ def small_module(**kwargs) -> SFTModule:
 
 
 def test_examples_mix_roles_and_rivals(data: SFTDataModule) -> None:
-    examples = build_examples(data.train_problems, challenge_fraction=0.5, wrong_rival_fraction=0.5, seed=0)
-    assert examples == build_examples(data.train_problems, 0.5, 0.5, seed=0)
+    examples = build_examples(
+        data.train_problems, challenge_fraction=0.5, rival_mix=DEFAULT_RIVAL_MIX, seed=0
+    )
+    assert examples == build_examples(data.train_problems, 0.5, DEFAULT_RIVAL_MIX, seed=0)
     kinds = [e.kind for e in examples]
     assert 0.35 < kinds.count("draft") / len(kinds) < 0.65
-    assert kinds.count("challenge_right") > 0 and kinds.count("challenge_wrong") > 0
+    assert all(kinds.count(f"challenge_{rival}") > 0 for rival in RIVALS)
+    summarizer = StripTraceSummarizer()
     for e in examples:
         assert extract_answer(e.target) == e.problem.answer  # the target is always right
-        if e.kind == "challenge_wrong":
+        if e.kind == "challenge_slipped":
             assert extract_answer(e.rival_draft) != e.problem.answer
         if e.kind == "challenge_right":
             assert e.rival_draft == e.target
-    assert {e.kind for e in build_examples(data.train_problems, 0.0, 0.5, seed=0)} == {"draft"}
+        if e.kind == "challenge_empty":
+            assert summarizer.summarize(e.rival_draft, e.problem) == ""
+        if e.rival_draft is not None:  # no summary a challenger reads holds the answer
+            assert e.problem.answer not in summarizer.summarize(e.rival_draft, e.problem).split(",")
+    assert {e.kind for e in build_examples(data.train_problems, 0.0, DEFAULT_RIVAL_MIX, seed=0)} == {"draft"}
 
 
 def test_eval_examples_cover_each_problem_in_both_roles(data: SFTDataModule) -> None:
     examples = eval_examples(data.val_problems, seed=0)
     n = len(data.val_problems)
-    assert [e.kind for e in examples] == ["draft"] * n + ["challenge_right", "challenge_wrong"] * (n // 2)
+    rivals = [f"challenge_{RIVALS[i % len(RIVALS)]}" for i in range(n)]
+    assert [e.kind for e in examples] == ["draft"] * n + rivals
     assert not {p.question for p in data.val_problems} & {p.question for p in data.train_problems}
 
 
@@ -86,7 +97,7 @@ def test_loss_covers_the_completion_only() -> None:
 
 def test_prompts_are_the_ones_rl_sends(data: SFTDataModule) -> None:
     module = small_module()
-    example = next(e for e in build_examples(data.train_problems, 1.0, 1.0, seed=0))
+    example = next(e for e in build_examples(data.train_problems, 1.0, {"slipped": 1.0}, seed=0))
     summary = example.rival_draft.split("</think>")[1].split("<answer>")[0]
     assert module.prompt(example) == Prompts(challenge=CHALLENGE).challenge_prompt(
         module.tokenizer, example.problem, summary
@@ -125,7 +136,7 @@ def test_stops_at_the_evaluation_that_crosses_the_threshold(data: SFTDataModule,
     assert trainer.global_step == 3 and callback.stopped_at == 3
     report = json.loads((tmp_path / "model" / "sft_eval.json").read_text())
     assert report["global_step"] == 3
-    assert set(report["evaluations"][0]) >= {"step", "val/draft_acc", "val/challenge_wrong_acc"}
+    assert set(report["evaluations"][0]) >= {"step", "val/draft_acc", "val/challenge_slipped_acc"}
     # The written directory is a model `agon fit` can load.
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
     assert torch.equal(reloaded.model.embed_tokens.weight, module.model.model.embed_tokens.weight)
@@ -147,6 +158,8 @@ def test_errors_name_the_bad_value() -> None:
         SFTModule(model_name_or_path="agon:tiny-qwen3", architecture=SMALL)
     with pytest.raises(ValueError, match="challenge_fraction must be in"):
         SFTDataModule(tasks=TASKS, challenge_fraction=1.5)
+    with pytest.raises(ValueError, match="rival_mix must map"):
+        SFTDataModule(tasks=TASKS, rival_mix={"wrong": 1.0})
 
 
 def test_shipped_config_parses(tmp_path: Path) -> None:

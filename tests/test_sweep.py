@@ -2,6 +2,8 @@
 
 import csv
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from agon_lightning.cli import AgonCLI
 from agon_lightning.sweep import (
     DEFAULT_VARIANTS,
     MARKER,
+    compare,
     plan,
     read_run,
     report,
@@ -51,7 +54,10 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "grpo": {"model.game": "grpo", "model.grpo.num_generations": 16},
     "grpo_n": {"model.game": "grpo", "model.grpo.num_generations": 8},
     "cooperative": {"model.reward.class_path": "agon_lightning.rewards.CorrectnessReward"},
-    "no_exchange": {"model.summarizer.class_path": "agon_lightning.summarizers.basic.HiddenSummarizer"},
+    "no_exchange": {
+        "model.summarizer.class_path": "agon_lightning.summarizers.basic.HiddenSummarizer",
+        "model.prompts.challenge": "{question}{summary}",  # exactly the drafter's prompt
+    },
     "fixed_roles": {"model.schedule": "fixed"},
     "self_play": {"model.schedule": "self_play"},
     "moa_untrained": {"model.game": "grpo", "model.evaluate_moa": True},
@@ -77,6 +83,16 @@ def test_variant_overlay_changes_only_what_it_names(variant, capsys):
     assert not stray, f"{variant} also changes {sorted(stray)}"
     if variant == "no_exchange":  # the bonus still pays against the hidden draft
         assert merged["model.reward.init_args.conversion_bonus"] > 0
+        # ... and the challenger reads exactly the drafter's prompt: one the base was trained on.
+        from agon_lightning.prompts import Prompts
+        from agon_lightning.summarizers.basic import HiddenSummarizer
+        from agon_lightning.tiny import build_tokenizer
+        from agon_lightning.types import Problem
+
+        prompts = Prompts(draft=merged["model.prompts.draft"], challenge=merged["model.prompts.challenge"])
+        tok, problem = build_tokenizer(), Problem("12 + 30 - 7 =", "35")
+        summary = HiddenSummarizer().summarize("<think>12+30=42</think>42<answer>35</answer>", problem)
+        assert prompts.challenge_prompt(tok, problem, summary) == prompts.draft_prompt(tok, problem)
     if variant == "grpo":  # budget matching: 2N rollouts per problem, as Agon's N drafts + N challenges
         assert merged["model.grpo.num_generations"] == 2 * base["model.grpo.num_generations"]
 
@@ -189,11 +205,40 @@ def test_report_gives_mean_and_std_over_seeds_and_plots(tmp_path):
         ("agon", 0.7),
     ]
     table = (tmp_path / "results.md").read_text()
-    assert "| agon | 2 | 0.600 ± 0.141 | 20.0 ± 0.0 | 4 ± 0 | 480 ± 0 |" in table
-    assert "| moa_untrained | 1 | 0.300 | 20.0 | 0 | 0 |" in table
+    assert "| agon | 2 | 0.600 ± 0.141 | 20.0 ± 0.0 | — | — | 4 ± 0 | 480 ± 0 |" in table
+    assert "| moa_untrained | 1 | 0.300 | 20.0 | — | — | 0 | 0 |" in table
     assert len(list(csv.DictReader((tmp_path / "results.csv").open()))) == 3
     for png in ("pass_at_1.png", "length.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def write_outcomes(run_dir: Path, key: str, correct: list[bool], split: str = "") -> None:
+    log = run_dir / "lightning_logs" / "version_0"
+    rows = [{"question": f"q{i}", "split": split, key: c, f"{key}/length": 10} for i, c in enumerate(correct)]
+    (log / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_paired_comparisons_come_from_each_runs_outcomes(tmp_path):
+    runs = plan(["agon", "grpo"], [0, 1], tmp_path, EXPERIMENTS)
+    rng = random.Random(0)
+    bases = {seed: [rng.random() < 0.4 for _ in range(120)] for seed in (0, 1)}
+    for run in runs:
+        write_run(run.directory, [(0, 0.25, 30.0), (4, 0.5, 20.0)], steps=4)
+        (run.directory / MARKER).write_text(json.dumps({"argv": [], "wall_s": 10.0}))
+        key = "alpha" if run.variant == "grpo" else "cascade_ab"
+        # Agon solves every problem GRPO solves, plus about a quarter more.
+        base = bases[run.seed]
+        write_outcomes(
+            run.directory, key, base if run.variant == "grpo" else [b or rng.random() < 0.4 for b in base]
+        )
+    results = report(runs, tmp_path)
+    assert {len(r.outcomes[""]) for r in results} == {120}
+    line = next(
+        x for x in (tmp_path / "results.md").read_text().splitlines() if x.startswith("| agon − grpo |")
+    )
+    mean, low, high = (float(v) for v in re.findall(r"[+-]\d\.\d+", line)[:3])
+    assert 0 < low < mean < high and "(2 seeds × 120)" in line
+    assert compare(results, "agon", "grpo", "hard") is None  # no hard split in these runs
 
 
 def test_moa_is_the_base_twice_and_never_the_deployed_policy():

@@ -10,9 +10,13 @@ P = Problem("1+1=?", "2")
 @pytest.mark.parametrize(
     "draft,summary",
     [
-        ("<think>1+1=2</think>partial 2<answer>2</answer>", "partial 2"),
+        ("<think>1+1=2</think>partial 2<answer>2</answer>", "partial ?"),  # the answer, restated: masked
+        (
+            "<think>1+1=2</think>so 12, 2.5, x2<answer>2</answer>",
+            "so 12, 2.5, x2",
+        ),  # inside other tokens: kept
         ("<think>a</think><think>b</think>final note \\boxed{7}", "final note"),
-        ("no opening tag</think>sum is 3 <answer>3</answer>", "sum is 3"),  # thinking-only checkpoint
+        ("no opening tag</think>sum is 3 <answer>3</answer>", "sum is ?"),  # thinking-only checkpoint
         ("<think>cut off in the middle", ""),  # truncated inside the trace: no summary
         ("plain answer <answer>4</answer>", "plain answer"),
         ("<think>x</think>box \\boxed{\\frac{1}{2}} done", "box  done"),
@@ -30,7 +34,7 @@ def test_strip_trace_placeholder_and_limit():
 
 def test_full_and_hidden():
     draft = "<think>x</think>y<answer>1</answer>"
-    assert FullSummarizer().summarize(draft, P) == draft
+    assert FullSummarizer().summarize(draft, P) == "<think>x</think>y<answer>?</answer>"
     assert HiddenSummarizer().summarize(draft, P) == ""
     assert HiddenSummarizer("[hidden]").summarize(draft, P) == "[hidden]"
 

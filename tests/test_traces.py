@@ -22,11 +22,11 @@ def arithmetic_problem(expression: str, answer: str, task: str = "chain_sum") ->
 @pytest.mark.parametrize(
     ("expression", "answer", "completion"),
     [
-        ("42 - 25 - 73", "-56", "<think>42-25=17 17-73=-56</think>17,-56<answer>-56</answer>"),
-        ("57 + 87 + 70", "214", "<think>57+87=144 144+70=214</think>144,214<answer>214</answer>"),
-        ("98 - 93 + 77 + 13", "95", "<think>98-93=5 5+77=82 82+13=95</think>5,82,95<answer>95</answer>"),
-        ("20 - 56 - 31", "-67", "<think>20-56=-36 -36-31=-67</think>-36,-67<answer>-67</answer>"),
-        ("1 + 5", "6", "<think>1+5=6</think>6<answer>6</answer>"),
+        ("42 - 25 - 73", "-56", "<think>42-25=17 17-73=-56</think>17<answer>-56</answer>"),
+        ("57 + 87 + 70", "214", "<think>57+87=144 144+70=214</think>144<answer>214</answer>"),
+        ("98 - 93 + 77 + 13", "95", "<think>98-93=5 5+77=82 82+13=95</think>5,82<answer>95</answer>"),
+        ("20 - 56 - 31", "-67", "<think>20-56=-36 -36-31=-67</think>-36<answer>-67</answer>"),
+        ("1 + 5", "6", "<think>1+5=6</think><answer>6</answer>"),
     ],
 )
 def test_chain_sum_traces_by_hand(expression: str, answer: str, completion: str) -> None:
@@ -57,7 +57,7 @@ def test_generated_problems_reach_the_gold_answer() -> None:
 
 def test_summary_is_what_the_rival_reads() -> None:
     completion = target_completion(arithmetic_problem("42 - 25 - 73", "-56"))
-    assert StripTraceSummarizer().summarize(completion, arithmetic_problem("42 - 25 - 73", "-56")) == "17,-56"
+    assert StripTraceSummarizer().summarize(completion, arithmetic_problem("42 - 25 - 73", "-56")) == "17"
 
 
 def test_a_slip_carries_through_later_steps() -> None:
@@ -78,9 +78,9 @@ def test_corrupted_drafts_are_wrong_and_seeded() -> None:
 def test_a_bare_number_has_no_steps() -> None:
     # Python's parser reads -( 5 ) as the literal -5: no step, as for -5.
     assert target_completion(arithmetic_problem("-( 5 )", "-5", "basic_arithmetic")) == (
-        "<think></think>-5<answer>-5</answer>"
+        "<think></think><answer>-5</answer>"
     )
-    assert target_completion(arithmetic_problem("12", "12")) == "<think></think>12<answer>12</answer>"
+    assert target_completion(arithmetic_problem("12", "12")) == "<think></think><answer>12</answer>"
 
 
 def test_errors_name_the_problem() -> None:

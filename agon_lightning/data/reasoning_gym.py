@@ -1,7 +1,9 @@
 """Procedural problems from reasoning-gym: unlimited, offline, with exact scorers.
 
 The training set and the held-out set are generated from different seeds, and any
-held-out question that also appears in training is dropped from training.
+held-out question that also appears in training is dropped from training. An optional *hard*
+held-out set (``hard_tasks``, e.g. more terms than training ever shows) is evaluated beside
+the main one and reported as ``val/hard/...``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.types import Problem
+from agon_lightning.validation import SPLIT
 
 
 def generate_problems(tasks: dict[str, dict[str, Any]], size: int, seed: int) -> list[Problem]:
@@ -51,6 +54,9 @@ class ReasoningGymDataModule(ProblemDataModule):
         val_size: Held-out problems (fixed, from ``val_seed``).
         data_seed: Seed for generating the training problems.
         val_seed: Seed for generating the held-out problems; must differ from ``data_seed``.
+        hard_tasks: Tasks of a second held-out set, reported as ``val/hard/...`` (``None``: none).
+        hard_size: Problems in the hard set.
+        hard_seed: Seed of the hard set; must differ from the other two.
     """
 
     def __init__(
@@ -64,12 +70,19 @@ class ReasoningGymDataModule(ProblemDataModule):
         val_batch_size: int = 100,
         seed: int = 0,
         num_workers: int = 0,
+        hard_tasks: dict[str, dict[str, Any]] | None = None,
+        hard_size: int = 200,
+        hard_seed: int = 30_001,
     ) -> None:
         super().__init__(
             batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
         )
         if data_seed == val_seed:
             raise ValueError(f"val_seed must differ from data_seed (both {data_seed})")
+        if hard_tasks is not None and hard_seed in (data_seed, val_seed):
+            raise ValueError(f"hard_seed must differ from data_seed and val_seed, got {hard_seed}")
+        if hard_tasks is not None and hard_size < 1:
+            raise ValueError(f"hard_size must be >= 1 when hard_tasks is set, got {hard_size}")
         if train_size < batch_size:
             raise ValueError(f"train_size ({train_size}) must be at least batch_size ({batch_size})")
         self.tasks = tasks if tasks is not None else {"chain_sum": {}}
@@ -77,9 +90,19 @@ class ReasoningGymDataModule(ProblemDataModule):
         self.val_size = val_size
         self.data_seed = data_seed
         self.val_seed = val_seed
+        self.hard_tasks = hard_tasks
+        self.hard_size = hard_size
+        self.hard_seed = hard_seed
 
     def load_val(self) -> list[Problem]:
-        return generate_problems(self.tasks, self.val_size, self.val_seed)
+        """The main held-out set, then the hard one (each hard problem tagged ``split: hard``)."""
+        problems = generate_problems(self.tasks, self.val_size, self.val_seed)
+        if self.hard_tasks is not None:
+            hard = generate_problems(self.hard_tasks, self.hard_size, self.hard_seed)
+            for p in hard:
+                p.metadata[SPLIT] = "hard"
+            problems += hard
+        return problems
 
     def load_train(self) -> list[Problem]:
         held_out = {p.question for p in self.load_val()}

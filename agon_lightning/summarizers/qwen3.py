@@ -10,7 +10,8 @@ reads. Three things make Qwen3 drafts differ from the generic case:
   word of it is raw thinking, so there is no summary to give;
 - write-ups often restate the boxed answer, or box several parts of it: every
   ``\\boxed{…}`` is cut out (brace-balanced), as is an unclosed ``\\boxed{`` at the end of
-  a draft cut off mid-answer, so the challenger cannot copy the answer.
+  a draft cut off mid-answer, and the final answer is masked wherever the prose restates it
+  ("so the answer is 12."), so the challenger cannot copy the answer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import re
 
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.text import THINK_CLOSE, after_thinking, last_boxed_span
+from agon_lightning.text import ANSWER_MASK, THINK_CLOSE, after_thinking, last_boxed_span, mask_answer
 from agon_lightning.types import Problem
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -53,11 +54,13 @@ class Qwen3Summarizer(Summarizer):
             off for non-thinking mode, where a draft with no reasoning tags is all write-up
             (a draft that opened ``<think>`` without closing it still has no summary).
         empty_text: What the challenger reads when there is no summary.
+        mask: What replaces each restatement of the final (last boxed) answer.
     """
 
-    def __init__(self, require_thinking: bool = True, empty_text: str = "") -> None:
+    def __init__(self, require_thinking: bool = True, empty_text: str = "", mask: str = ANSWER_MASK) -> None:
         self.require_thinking = require_thinking
         self.empty_text = empty_text
+        self.mask = mask
 
     def summarize(self, draft: str, problem: Problem, truncated: bool = False) -> str:
         closed = THINK_CLOSE in draft
@@ -68,4 +71,6 @@ class Qwen3Summarizer(Summarizer):
         tail = after_thinking(draft)
         if tail is None:
             return self.empty_text
-        return remove_boxed(tail) or self.empty_text
+        span = last_boxed_span(tail)
+        answer = span[2].strip() if span is not None else None
+        return mask_answer(remove_boxed(tail), answer, self.mask) or self.empty_text
