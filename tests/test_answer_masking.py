@@ -73,3 +73,27 @@ def test_examples_by_hand():
     draft = "<think>42-25=17 17-73=-56 -56+30=-26</think>17,-56<answer>-26</answer>"
     assert StripTraceSummarizer().summarize(draft, P) == "17,-56"
     assert StripTraceSummarizer().summarize(draft.replace(",-56<", ",-26<"), P) == "17,?"
+
+
+def test_the_training_pipeline_shows_the_challenger_no_answer():
+    """The second stage's input as training builds it (``challenge_prompts``), from drafts that restate answers."""
+    from types import SimpleNamespace
+
+    from agon_lightning.cascade import challenge_prompts
+    from agon_lightning.prompts import Prompts
+    from agon_lightning.text import extract_answer
+
+    drafts = [
+        "<think>12+30=42 42-7=35</think>42, so 35<answer>35</answer>",
+        "<think>9+9=18</think>18 then -18 and 180<answer>18</answer>",
+        "<think>cut off inside the trace 35",
+    ]
+    player = SimpleNamespace(summarizer=StripTraceSummarizer(), prompts=Prompts(challenge="{question}\nRival: {summary}",
+                             chat_template=False), tokenizer=None)  # fmt: skip
+    problems = [Problem("12 + 30 - 7 =", "35"), Problem("9 + 9 =", "18"), Problem("1 + 34 =", "35")]
+    rb = SimpleNamespace(texts=drafts, truncated=[False, False, True])
+    summaries, prompts = challenge_prompts(player, problems, rb)
+    assert summaries == ["42, so ?", "? then -? and 180", ""]
+    for draft, prompt in zip(drafts, prompts):
+        answer = extract_answer(draft)
+        assert answer is None or not occurs(answer, prompt.split("Rival: ")[1])
