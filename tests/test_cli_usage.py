@@ -211,3 +211,10 @@ def test_shipped_configs_by_name_without_the_repository(tmp_path):
     assert parsed.returncode == 0, parsed.stderr[-2000:]
     assert "game: grpo" in parsed.stdout
     usage_error(agon("fit", "--config", "agon:agn.yaml", cwd=tmp_path), "did you mean agon:agon.yaml?")
+
+
+def test_the_readme_shows_the_help_list():
+    readme = (ROOT / "README.md").read_text()
+    width = max(map(len, COMMANDS))
+    for name, (_, line) in COMMANDS.items():
+        assert f"\n  {name:<{width}}  {line}\n" in readme, name
