@@ -50,7 +50,7 @@ def test_overrides_reach_the_components(capsys):
     assert "class_path: agon_lightning.summarizers.basic.HiddenSummarizer" in printed
 
 
-def test_third_party_verifier_from_an_entry_point(tmp_path, tiny_model_dir, monkeypatch):
+def test_third_party_verifier_from_an_entry_point(tmp_path, tiny_model_dir, monkeypatch, capsys):
     (tmp_path / "my_agon_plugin.py").write_text(
         "from agon_lightning.verifiers.base import Verifier\n"
         "from agon_lightning.types import Verdict\n"
@@ -76,6 +76,12 @@ def test_third_party_verifier_from_an_entry_point(tmp_path, tiny_model_dir, monk
     cli = AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), "--config", str(config),
                         f"--model.model_name_or_path={tiny_model_dir}"], run=False)  # fmt: skip
     assert type(cli.model.verifier).__name__ == "ParityVerifier" and cli.model.verifier.even is False
+    config.write_text("model:\n  verifier:\n    class_path: NopeVerifier\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(ROOT / "configs/agon.yaml"), "--config", str(config)])
+    assert (
+        "available: CodeVerifier, ExactMatchVerifier, MathVerifier, ParityVerifier" in capsys.readouterr().err
+    )
 
 
 def test_broken_entry_point_is_named(monkeypatch):

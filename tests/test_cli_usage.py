@@ -12,12 +12,10 @@ import os
 import subprocess
 import sys
 import time
-from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
-import agon_lightning.registry as registry
 from agon_lightning.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,28 +95,18 @@ def test_every_component_group_lists_its_names(option, kind, available, capsys):
     assert f"agon fit: error: unknown {kind} 'Nope' for --model.{option}; available: {available}" in err
 
 
-def test_unknown_class_path_in_yaml_and_a_plugin_in_the_list(tmp_path, monkeypatch, capsys):
-    (tmp_path / "my_agon_plugin_usage.py").write_text(
-        "from agon_lightning.verifiers.base import Verifier\n"
-        "class LeanVerifier(Verifier):\n"
-        "    def verify(self, completion, problem):\n"
-        "        raise NotImplementedError\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    real = registry.entry_points
-    plugin = EntryPoint("lean", "my_agon_plugin_usage:LeanVerifier", "agon_lightning.verifiers")
-    monkeypatch.setattr(
-        registry,
-        "entry_points",
-        lambda group: [*real(group=group), *([plugin] if group == plugin.group else [])],
-    )
+def test_an_unknown_class_path_in_yaml_lists_the_registered_ones(tmp_path, capsys):
+    # A plugin's class in that list: test_cli.py::test_third_party_verifier_from_an_entry_point.
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("model:\n  verifier:\n    class_path: NopeVerifier\n")
+    overlay.write_text("model:\n  reward:\n    class_path: NopeReward\n")
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", CONFIG, "--config", str(overlay)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown verifier 'NopeVerifier' for --model.verifier" in err and "LeanVerifier" in err
+    assert (
+        "unknown reward 'NopeReward' for --model.reward; available: CompetitiveReward, CorrectnessReward"
+        in err
+    )
 
 
 # ---------------------------------------------------------------------- the base model
