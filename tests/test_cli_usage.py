@@ -117,10 +117,15 @@ def test_a_path_that_does_not_exist_is_never_sent_to_the_hub(tmp_path):
     assert "Repo id" not in result.stderr
 
 
-def test_an_uncached_hub_model_offline_fails_at_once_naming_it(tmp_path):
-    env = {"HF_HOME": str(tmp_path / "hf")}  # an empty cache
+QWEN3_LOCAL_DATA = [
+    "fit", "--config", str(ROOT / "configs" / "deepmath_qwen3_0.6b.yaml"),
+    f"--data.init_args.source={ROOT / 'tests' / 'fixtures' / 'deepmath_fixture.jsonl'}",
+]  # fmt: skip
+
+
+def test_the_qwen3_config_offline_fails_at_once_naming_the_model(tmp_path):
     start = time.monotonic()
-    result = agon("fit", "--config", CONFIG, "--model.model_name_or_path=Qwen/Qwen3-0.6B", env=env)
+    result = agon(*QWEN3_LOCAL_DATA, env={"HF_HOME": str(tmp_path / "hf")})  # an empty cache
     usage_error(result, "'Qwen/Qwen3-0.6B' is not in the local Hugging Face cache", "HF_HUB_OFFLINE",
                 "--model.model_name_or_path=/path/to/Qwen3-0.6B")  # fmt: skip
     assert time.monotonic() - start < 60
@@ -130,7 +135,7 @@ def test_an_unreachable_hub_is_tried_once_and_names_the_model(tmp_path):
     # Port 9 on the loopback interface: the connection is refused at once, no network involved.
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}
     start = time.monotonic()
-    result = agon("fit", "--config", CONFIG, "--model.model_name_or_path=Qwen/Qwen3-0.6B", env=env)
+    result = agon(*QWEN3_LOCAL_DATA, env=env)
     usage_error(result, "cannot reach the Hugging Face Hub for 'Qwen/Qwen3-0.6B'", "point at a local copy")
     assert time.monotonic() - start < 60, "retried instead of failing after one try"
 
