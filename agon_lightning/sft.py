@@ -405,7 +405,7 @@ def sft_main(args: list[str] | None = None) -> None:
             "usage": compact_usage("agon sft"),
             "description": "Supervised warm-start: fine-tune a base on worked solutions in both roles' "
             "prompts until held-out accuracy reaches a threshold, then write it to --model.output_dir. "
-            "Start from: agon sft --config agon:sft_tiny.yaml",
+            "Start from: agon sft --config agon:sft_tiny.yaml --model.output_dir runs/tiny-qwen3",
         },
     )
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
