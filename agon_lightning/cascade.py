@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import torch
 
 from agon_lightning.bundle import build_component, read_bundle
+from agon_lightning.data.files import ProblemFields, row_to_problem
 from agon_lightning.policy import (
     EMBEDDED_PREFIX,
     LoraOptions,
@@ -312,6 +313,38 @@ def load_adapters(
 # ---------------------------------------------------------------------------------------------
 
 
+def as_problems(problems: Sequence[Problem | str | Mapping[str, Any]]) -> list[Problem]:
+    """:meth:`Cascade.solve`'s input as problems: each a Problem, a question, or a mapping.
+
+    A mapping is read like a row of a problem file (``question``, ``answer``, ``metadata``;
+    other keys go into the metadata), by :func:`~agon_lightning.data.files.row_to_problem`.
+
+    Raises:
+        TypeError: ``problems`` is one problem rather than a sequence, or an item is of
+            another kind (the message names its position and what is accepted).
+        ValueError: a mapping without a non-empty string ``question``.
+    """
+    accepted = (
+        "a Problem, a question string, or a mapping with 'question' (and optionally 'answer', 'metadata')"
+    )
+    if isinstance(problems, (str, Mapping, Problem)):
+        raise TypeError(f"problems must be a list, each {accepted}; got a single {type(problems).__name__}")
+    items = []
+    for i, item in enumerate(problems):
+        if isinstance(item, Problem):
+            items.append(item)
+        elif isinstance(item, str):
+            items.append(Problem(question=item))
+        elif isinstance(item, Mapping):
+            try:
+                items.append(row_to_problem(dict(item), ProblemFields()))
+            except ValueError as err:
+                raise ValueError(f"problem {i}: {err}") from err
+        else:
+            raise TypeError(f"problem {i} is a {type(item).__name__}; each problem must be {accepted}")
+    return items
+
+
 class Cascade:
     """Both adapters on one base, deployed as the two-stage cascade.
 
@@ -389,7 +422,7 @@ class Cascade:
 
     def solve(
         self,
-        problems: Sequence[Problem | str],
+        problems: Sequence[Problem | str | Mapping[str, Any]],
         drafter: str | None = None,
         k: int = 1,
         batch_size: int = 8,
@@ -398,7 +431,8 @@ class Cascade:
         """Run the cascade on each problem, ``batch_size`` problems per ``generate`` call.
 
         Args:
-            problems: Problems, or bare question strings (no gold answer, no verdict).
+            problems: Problems, bare question strings (no gold answer, no verdict), or mappings
+                with ``question`` and optionally ``answer`` and ``metadata`` (see :func:`as_problems`).
             drafter: Drafting adapter (default: the bundle's).
             k: Passes per problem; 1 is greedy, more are sampled and majority-voted.
             batch_size: Problems per batch. Validation batches by ``val_batch_size``; the same
@@ -406,13 +440,14 @@ class Cascade:
             seed: Seed the global torch RNG first (sampling with k > 1).
 
         Raises:
+            TypeError: an input that is none of the accepted kinds (names its position).
             ValueError: an empty question (names its position), a bad drafter, k or batch size.
         """
         drafter = drafter or self.drafter
         answerer = self.answerer(drafter)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        items = [p if isinstance(p, Problem) else Problem(question=p) for p in problems]
+        items = as_problems(problems)
         for i, p in enumerate(items):
             if not p.question.strip():
                 raise ValueError(f"problem {i} has an empty question")

@@ -25,6 +25,7 @@ from typing import Any
 
 from agon_lightning.bundle import BUNDLE_FILE, atomic_directory, read_bundle
 from agon_lightning.cascade import check_adapters, load_adapters
+from agon_lightning.errors import CommandParser
 from agon_lightning.policy import resolve_model_path
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's --max-lora-rank accepts
@@ -97,7 +98,7 @@ def vllm_command(lora_dir: str | Path, base_model: str | None = None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="agon export",
         description="Export a bundle: one adapter merged into the base (--merged-out) and/or both "
         "adapters in a multi-LoRA server layout (--lora-out).",

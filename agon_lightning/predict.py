@@ -34,6 +34,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 
 from agon_lightning.cascade import UNVERIFIABLE, Cascade
 from agon_lightning.data.files import ProblemFields, ProblemRow, read_problem_rows
+from agon_lightning.errors import CommandParser
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class JsonlPredictionWriter(BasePredictionWriter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="agon predict",
         description="Run a bundle's two-stage cascade over a problem file or Hub dataset; write JSON lines. "
         "(`agon predict --config CONFIG ...` runs LightningCLI's predict instead.)",

@@ -51,3 +51,13 @@ def load_plugins() -> dict[str, dict[str, type]]:
                 )
             found[group][ep.name] = obj
     return found
+
+
+def group_for_option(name: str) -> str | None:
+    """The entry-point group of a component option: ``verifier`` → ``agon_lightning.verifiers``."""
+    return next((group for group in GROUPS if group.rsplit(".", 1)[1] == f"{name}s"), None)
+
+
+def available_names(group: str) -> list[str]:
+    """The class names a component option of ``group`` accepts (``--model.verifier=NAME``), sorted."""
+    return sorted({cls.__name__ for cls in load_plugins()[group].values()})

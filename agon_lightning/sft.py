@@ -28,11 +28,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from agon_lightning.cli_base import BaseCLI, compact_usage
 from agon_lightning.data.base import ProblemDataset
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.policy import resolve_model_path
@@ -410,13 +410,8 @@ class StopAtThreshold(L.Callback):
 # ---------------------------------------------------------------------------------------------
 
 
-class SFTCLI(LightningCLI):
-    """LightningCLI for :class:`SFTModule` and :class:`SFTDataModule`, plus ``--threads``."""
-
-    def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument(
-            "--threads", type=int | None, default=None, help="torch CPU threads (default: torch's own choice)"
-        )
+class SFTCLI(BaseCLI):
+    """LightningCLI for :class:`SFTModule` and :class:`SFTDataModule` (``--threads`` and errors from BaseCLI)."""
 
 
 def sft_main(args: list[str] | None = None) -> None:
@@ -425,7 +420,18 @@ def sft_main(args: list[str] | None = None) -> None:
     Example:
         ``agon sft --config configs/sft_tiny.yaml --model.output_dir runs/tiny``
     """
-    cli = SFTCLI(SFTModule, SFTDataModule, args=args, run=False, save_config_kwargs={"overwrite": True})
-    if cli.config.get("threads") is not None:
-        torch.set_num_threads(cli.config["threads"])
+    cli = SFTCLI(
+        SFTModule,
+        SFTDataModule,
+        args=args,
+        run=False,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={
+            "prog": "agon sft",
+            "usage": compact_usage("agon sft"),
+            "description": "Supervised warm-start: fine-tune a base on worked solutions in both roles' "
+            "prompts until held-out accuracy reaches a threshold, then write it to --model.output_dir. "
+            "Start from: agon sft --config agon:sft_tiny.yaml --model.output_dir runs/tiny-qwen3",
+        },
+    )
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)

@@ -44,6 +44,9 @@ from pathlib import Path
 
 import yaml
 
+from agon_lightning.config_files import local_or_shipped, resolve_config
+from agon_lightning.errors import CommandParser, UsageError
+
 # (variant, reference): each row of the paired-comparison table is variant − reference.
 COMPARISONS = (
     ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "agon"), ("no_exchange", "agon"),
@@ -404,10 +407,15 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
 
 # ---------------------------------------------------------------------- command line
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The sweep's own options, and the overrides after ``--`` passed to every run."""
+    """The sweep's own options, and the overrides after ``--`` passed to every run.
+
+    The configs default to the working directory's ``configs/`` (a checkout) and otherwise to
+    the copies shipped with the package, so a sweep runs after a plain ``pip install`` too;
+    both options take ``agon:NAME`` for a shipped one.
+    """
     argv = list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="agon sweep",
         description="Run variants × seeds (each `agon fit --config BASE --config VARIANT`), resumably, "
         "and write results.csv, results.md and plots to --out. Arguments after `--` go to every run.",
@@ -416,8 +424,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="names of YAML overlays in --experiments-dir (default: %(default)s)")  # fmt: skip
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
-    parser.add_argument("--base-config", type=Path, default=Path("configs/agon.yaml"))
-    parser.add_argument("--experiments-dir", type=Path, default=Path("configs/experiments"))
+    parser.add_argument("--base-config", default=None,
+                        help="default: configs/agon.yaml if present, else the shipped agon:agon.yaml")  # fmt: skip
+    parser.add_argument("--experiments-dir", default=None,
+                        help="default: configs/experiments if present, else the shipped agon:experiments")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None,
                         help="OMP_NUM_THREADS of each run; on a shared or small machine use jobs × threads ≤ cores")  # fmt: skip
@@ -425,6 +435,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         "--dry-run", action="store_true", help="print each pending run's command, run nothing"
     )
     args = parser.parse_args(argv[:split])
+    args.base_config = resolve_config(args.base_config) if args.base_config else local_or_shipped("agon.yaml")
+    args.experiments_dir = (
+        resolve_config(args.experiments_dir) if args.experiments_dir else local_or_shipped("experiments")
+    )
     if not args.base_config.is_file():
         parser.error(f"--base-config {args.base_config} does not exist")
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
@@ -438,7 +452,7 @@ def sweep_main(argv: Sequence[str] | None = None) -> None:
     try:
         runs = plan(args.variants, args.seeds, args.out, args.experiments_dir)
     except ValueError as err:
-        raise SystemExit(f"agon sweep: {err}") from err
+        raise UsageError(str(err)) from err
     if args.dry_run:
         for run in runs:
             argv_run = run.argv(args.base_config, overrides)

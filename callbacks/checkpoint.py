@@ -22,6 +22,11 @@ RNG states are put back right before the first batch after resuming, not when th
 checkpoint is loaded: set-up (building the adapters, starting data iterators) draws from the
 global generators, and in a resumed run it does so at other points than in a run that
 never stopped.
+
+An interrupt (Ctrl-C, SIGTERM) during training finishes the step in flight and the
+validation that follows it, if one is due, writes ``last`` and exits with status 128 + the
+signal number (:mod:`agon_lightning.callbacks.interrupt`), so no work since the last periodic
+save is lost and ``--ckpt_path last`` continues exactly.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 from pathlib import Path
 from typing import Any, Literal
 from weakref import proxy
@@ -37,9 +43,11 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from agon_lightning.bundle import atomic_directory, save_bundle
+
+from .interrupt import Interrupted, StopSignals
 
 RNG_KEY = "rng_states"
 PARTIAL_SUFFIX = ".partial"
@@ -104,6 +112,8 @@ class AgonCheckpoint(ModelCheckpoint):
         bundles: Also write each checkpoint's adapters as a PEFT bundle beside it.
         drafter: Adapter that drafts in the bundle's deployed cascade; ``auto`` picks the
             cascade order that scored higher at the last validation (``alpha`` on a tie).
+        save_on_interrupt: On SIGINT or SIGTERM during training, finish the step, write
+            ``last`` and exit (status 128 + signal number) instead of dying mid-step.
         verbose: Log each save.
     """
 
@@ -118,6 +128,7 @@ class AgonCheckpoint(ModelCheckpoint):
         save_last: bool = True,
         bundles: bool = True,
         drafter: Literal["auto", "alpha", "beta"] = "auto",
+        save_on_interrupt: bool = True,
         verbose: bool = False,
     ) -> None:
         if every_n_train_steps < 1:
@@ -130,7 +141,10 @@ class AgonCheckpoint(ModelCheckpoint):
         )  # fmt: skip
         self.bundles = bundles
         self.drafter = drafter
+        self.save_on_interrupt = save_on_interrupt
         self._rng_to_restore: dict[str, Any] | None = None
+        self._signals = StopSignals()
+        self._stop_pending = False
 
     # ------------------------------------------------------------------ where
     def _use_stable_dirpath(self, trainer: L.Trainer) -> None:
@@ -157,12 +171,18 @@ class AgonCheckpoint(ModelCheckpoint):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if trainer.global_step % self._every_n_train_steps or self._should_skip_saving_checkpoint(trainer):
-            return
-        candidates = self._monitor_candidates(trainer)
-        if self.monitor is None:
-            self._save_topk_checkpoint(trainer, candidates)
-        self._save_last_checkpoint(trainer, candidates)
+        if not (
+            trainer.global_step % self._every_n_train_steps or self._should_skip_saving_checkpoint(trainer)
+        ):
+            candidates = self._monitor_candidates(trainer)
+            if self.monitor is None:
+                self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+        if self._interrupt_requested(trainer):
+            # Saved now; the stop waits for the validation due after this batch, if any
+            # (resuming skips it), or else happens as the next batch starts.
+            self._save_last_if_behind(trainer)
+            self._stop_pending = True
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn != "fit" or trainer.sanity_checking or trainer.fast_dev_run:
@@ -176,6 +196,9 @@ class AgonCheckpoint(ModelCheckpoint):
             self._save_topk_checkpoint(trainer, candidates)
         if refresh_last:
             self._save_last_checkpoint(trainer, candidates)
+        if self._stop_pending or self._interrupt_requested(trainer):
+            self._save_last_if_behind(trainer)
+            self._stop(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Nothing: saves follow steps and validations, not epochs."""
@@ -184,6 +207,45 @@ class AgonCheckpoint(ModelCheckpoint):
         # The final state is always resumable and deployable, whatever k is.
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self._stop_pending or self._interrupt_requested(trainer):
+            self._stop(trainer)  # before the module's final evaluation; a resumed run does it
+        self._signals.restore()
+
+    # ------------------------------------------------------------------ interrupts
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.save_on_interrupt and self.save_last and not trainer.fast_dev_run:
+            # Before a first step completes there is nothing to save: a signal stops at once.
+            self._signals = StopSignals(defer=lambda: trainer.global_step > 0)
+            self._signals.install()
+        self._stop_pending = False
+
+    def _interrupt_requested(self, trainer: L.Trainer) -> bool:
+        """Whether any process got a signal; every process must call this at the same point."""
+        if not self.save_on_interrupt:
+            return False
+        return trainer.strategy.reduce_boolean_decision(self._signals.received is not None, all=False)
+
+    def _save_last_if_behind(self, trainer: L.Trainer) -> None:
+        if self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _stop(self, trainer: L.Trainer) -> None:
+        signum = self._signals.received or signal.SIGTERM  # SIGTERM: another process got the signal
+        self._signals.restore()
+        rank_zero_info(
+            f"{signal.Signals(signum).name}: stopped after step {trainer.global_step}; resumable checkpoint "
+            f"{self.last_model_path}. To continue, rerun the same command with --ckpt_path last"
+        )
+        raise Interrupted(signum)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._signals.restore()
+        super().on_exception(trainer, pl_module, exception)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._signals.restore()
 
     # ------------------------------------------------------------------ how
     def _drafter_for_bundle(self, trainer: L.Trainer) -> str:
@@ -242,6 +304,8 @@ class AgonCheckpoint(ModelCheckpoint):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self._stop_pending:
+            self._stop(trainer)
         if self._rng_to_restore is not None:
             set_rng_states(self._rng_to_restore)
             self._rng_to_restore = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 from types import SimpleNamespace
 
 import lightning as L
@@ -11,6 +13,7 @@ import pytest
 import torch
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.callbacks.checkpoint import bundle_dir, collect_rng_states, set_rng_states
+from agon_lightning.callbacks.interrupt import StopSignals
 from lightning.pytorch.loggers import CSVLogger
 from test_resume import EvenLengthVerifier
 
@@ -190,3 +193,31 @@ def test_bad_options_are_named():
         AgonCheckpoint(every_n_train_steps=0)
     with pytest.raises(ValueError, match="'gamma'"):
         AgonCheckpoint(drafter="gamma")
+
+
+# ---------------------------------------------------------------------------------------------
+# Interrupts: the first signal is a request, the second (or one before any step) stops at once
+# ---------------------------------------------------------------------------------------------
+def test_a_first_signal_is_recorded_and_a_second_stops_at_once(capsys):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signals = StopSignals()
+    signals.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert signals.received == signal.SIGTERM
+        assert "SIGTERM: finishing this step" in capsys.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    finally:
+        signals.restore()
+
+    nothing_to_save = StopSignals(defer=lambda: False)
+    nothing_to_save.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert nothing_to_save.received is None
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    finally:
+        nothing_to_save.restore()

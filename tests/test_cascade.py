@@ -259,3 +259,20 @@ def test_rows_the_verifier_cannot_judge_keep_their_answers(fitted, tmp_path, cap
     assert "6 could not be judged" in streams.out and "6 rows could not be judged" in streams.err
     results = Cascade.from_pretrained(copy).solve([Problem(question="1+1=", answer="2"), "2+2="])
     assert results[0].verdict.reason.startswith("unverifiable") and results[1].verdict is None
+
+
+def test_api_takes_mappings_like_problems_or_names_what_it_takes(fitted):
+    _, bundle, _, _ = fitted
+    cascade = Cascade.from_pretrained(bundle)
+    row = {"question": "12+30=", "answer": 42, "metadata": {"source": "test"}, "id": 7}
+    (from_mapping,) = cascade.solve([row])
+    (from_problem,) = cascade.solve([Problem("12+30=", "42", {"source": "test", "id": 7})])
+    assert from_mapping.problem == from_problem.problem
+    assert from_mapping.to_dict() == from_problem.to_dict() and from_mapping.verdict is not None
+    accepted = r"a Problem, a question string, or a mapping with 'question'"
+    with pytest.raises(TypeError, match=rf"problem 1 is a int; each problem must be {accepted}"):
+        cascade.solve(["1+1=", 3])
+    with pytest.raises(TypeError, match=rf"problems must be a list, each {accepted}.*got a single dict"):
+        cascade.solve({"question": "1+1="})
+    with pytest.raises(ValueError, match=r"problem 0: no 'question' field \(the row has \['prompt'\]\)"):
+        cascade.solve([{"prompt": "1+1="}])

@@ -1,11 +1,13 @@
-"""Exact resume: a run SIGKILLed after step k and resumed with ``--ckpt_path last`` logs what an
+"""Exact resume: a run stopped after step k and resumed with ``--ckpt_path last`` logs what an
 uninterrupted run logs from step k+1 on, value for value.
 
-Both runs are real ``agon fit`` processes on the tiny in-process model. The verifier below
+All runs are real ``agon fit`` processes on the tiny in-process model. The verifier below
 (correct when the completion's length is even) gives every step a learning signal, so the
 adapters, the optimizer state and the divergence metrics really move; the run spans
-two epochs and is killed one batch into the second, so the data position, the per-epoch
-shuffle and the RNG streams all have to be restored for the numbers to match.
+two epochs, so the data position, the per-epoch shuffle and the RNG streams all have to be
+restored for the numbers to match. One run is SIGKILLed one batch into the second epoch,
+right after a checkpoint; the others get SIGINT or SIGTERM in the middle of a step, long
+before the next periodic checkpoint, and must save one themselves.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 
 from agon_lightning.types import Problem, Verdict
@@ -46,9 +49,33 @@ class KillAfterStep(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def agon_fit(model_dir: Path, root: Path, *extra: str, kill_after: int | None = None) -> subprocess.Popen:
+class SignalInStep(L.Callback):
+    """Sends ``signum`` to its own process in the middle of step ``step`` (0-based), before its backward."""
+
+    def __init__(self, step: int, signum: int) -> None:
+        self.step = step
+        self.signum = signum
+        self.sent = False
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if trainer.global_step == self.step and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+
+
+def agon_fit(
+    model_dir: Path,
+    root: Path,
+    *extra: str,
+    kill_after: int | None = None,
+    signal_in_step: tuple[int, int] | None = None,
+    every_n_train_steps: int = 1,
+) -> subprocess.Popen:
     callbacks = [
-        {"class_path": "agon_lightning.callbacks.AgonCheckpoint", "init_args": {"every_n_train_steps": 1}},
+        {
+            "class_path": "agon_lightning.callbacks.AgonCheckpoint",
+            "init_args": {"every_n_train_steps": every_n_train_steps},
+        },
         {"class_path": "agon_lightning.callbacks.TraceLengthMonitor"},
         {
             "class_path": "agon_lightning.callbacks.DivergenceMonitor",
@@ -61,6 +88,11 @@ def agon_fit(model_dir: Path, root: Path, *extra: str, kill_after: int | None = 
     ]
     if kill_after is not None:
         callbacks.append({"class_path": "test_resume.KillAfterStep", "init_args": {"step": kill_after}})
+    if signal_in_step is not None:
+        step, signum = signal_in_step
+        callbacks.append(
+            {"class_path": "test_resume.SignalInStep", "init_args": {"step": step, "signum": signum}}
+        )
     root.mkdir(parents=True, exist_ok=True)
     overrides = root.parent / f"{root.name}.yaml"
     overrides.write_text(json.dumps({  # JSON is YAML
@@ -114,32 +146,77 @@ def rows_after(path: Path, steps_done: int) -> list[dict[str, str]]:
     return kept
 
 
-def test_sigkilled_run_resumes_exactly(tiny_model_dir, tmp_path):
-    straight = agon_fit(tiny_model_dir, tmp_path / "straight")
-    killed = agon_fit(tiny_model_dir, tmp_path / "killed", kill_after=KILL_AFTER)
-    (code_s, out_s), (code_k, out_k) = finish(straight), finish(killed)
-    assert code_s == 0, out_s
-    assert code_k == -signal.SIGKILL, f"the run was meant to be SIGKILLed, exit code {code_k}:\n{out_k}"
+@pytest.fixture(scope="module")
+def straight(tiny_model_dir, tmp_path_factory):
+    """An uninterrupted run, started once for the tests here; call it for its log directory."""
+    root = tmp_path_factory.mktemp("straight")
+    proc = agon_fit(tiny_model_dir, root)
+    done: list[Path] = []
 
-    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    def log_dir() -> Path:
+        if not done:
+            code, out = finish(proc)
+            assert code == 0, out
+            done.append(root / "lightning_logs" / "version_0")
+        return done[0]
+
+    yield log_dir
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def assert_resumes_exactly(model_dir: Path, root: Path, straight_dir: Path, steps_done: int) -> None:
+    """``--ckpt_path last`` in ``root`` logs what the straight run logged after ``steps_done`` steps."""
+    last = root / "checkpoints" / "last.ckpt"
     state = torch.load(last, map_location="cpu", weights_only=False)
-    assert state["global_step"] == KILL_AFTER and state["agon"]["step"] == KILL_AFTER
+    assert state["global_step"] == steps_done and state["agon"]["step"] == steps_done
     assert not list(last.parent.glob(".*")), "a partial checkpoint was left behind"
 
-    code_r, out_r = finish(agon_fit(tiny_model_dir, tmp_path / "killed", "--ckpt_path", "last"))
+    code_r, out_r = finish(agon_fit(model_dir, root, "--ckpt_path", "last"))
     assert code_r == 0, out_r
     assert "not resumable" not in out_r
 
-    straight_dir = tmp_path / "straight" / "lightning_logs" / "version_0"
-    resumed_dir = tmp_path / "killed" / "lightning_logs" / "version_1"
+    resumed_dir = root / "lightning_logs" / "version_1"
     for name in ("metrics.csv", "trace_lengths.jsonl", "samples.jsonl"):
-        expected = rows_after(straight_dir / name, KILL_AFTER)
-        got = rows_after(resumed_dir / name, KILL_AFTER)
-        assert expected, f"{name} has no rows from step {KILL_AFTER}"
+        expected = rows_after(straight_dir / name, steps_done)
+        got = rows_after(resumed_dir / name, steps_done)
+        assert expected, f"{name} has no rows from step {steps_done}"
         assert got == expected, name  # exact: the same strings in the CSV, the same JSON values
 
-    metrics = rows_after(resumed_dir / "metrics.csv", KILL_AFTER)
+    metrics = rows_after(resumed_dir / "metrics.csv", steps_done)
     # Not vacuous: the adapters moved, and the drafter alternates as the schedule says.
     assert any(float(r.get("divergence/alpha_delta_norm", 0)) > 0 for r in metrics)
     drafters = [r["train/drafter"] for r in metrics if "train/drafter" in r]
-    assert drafters == ["0.0", "1.0"]
+    assert drafters == [["0.0", "1.0"][(steps_done + i) % 2] for i in range(6 - steps_done)]
+
+
+def test_sigkilled_run_resumes_exactly(tiny_model_dir, tmp_path, straight):
+    killed = agon_fit(tiny_model_dir, tmp_path / "killed", kill_after=KILL_AFTER)
+    code_k, out_k = finish(killed)
+    assert code_k == -signal.SIGKILL, f"the run was meant to be SIGKILLed, exit code {code_k}:\n{out_k}"
+    assert_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight(), KILL_AFTER)
+
+
+@pytest.mark.parametrize(
+    "signum,stop_after",
+    [
+        # Mid step 4 (index 3): a validation is due after it, and runs before the stop.
+        (signal.SIGINT, 4),
+        # Mid step 3, the last of epoch 0: no validation; the stop comes as epoch 1 starts.
+        (signal.SIGTERM, 3),
+    ],
+    ids=["SIGINT", "SIGTERM"],
+)
+def test_interrupted_run_saves_a_checkpoint_and_resumes_exactly(
+    tiny_model_dir, tmp_path, straight, signum, stop_after
+):
+    root = tmp_path / "interrupted"
+    # Periodic checkpoints every 10 steps: none is due before the interrupt.
+    proc = agon_fit(tiny_model_dir, root, signal_in_step=(stop_after - 1, signum), every_n_train_steps=10)
+    code, out = finish(proc)
+    name = signal.Signals(signum).name
+    assert code == 128 + signum, f"exit code {code}:\n{out}"
+    assert f"{name}: stopped after step {stop_after}; resumable checkpoint" in out, out
+    assert "Traceback" not in out, out
+    assert_resumes_exactly(tiny_model_dir, root, straight(), stop_after)
