@@ -241,7 +241,8 @@ class AgonModule(L.LightningModule):
             enable_checkpointing(self.policy)
         # What trains, is saved and is restored is decided here, once, by adapter name — never
         # read back from requires_grad, which PEFT toggles whenever the active adapter changes.
-        self._trainable = [p for name in self.adapter_names for p in adapter_parameters(self.policy, name)]
+        self._adapter_params = {name: adapter_parameters(self.policy, name) for name in self.adapter_names}
+        self._trainable = [p for name in self.adapter_names for p in self._adapter_params[name]]
         for p in self._trainable:
             p.requires_grad_(True)
         self._logit_head = logit_head(self.policy)  # refuses a model whose logits it cannot reproduce
@@ -405,8 +406,9 @@ class AgonModule(L.LightningModule):
         """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
         bad = []
         for i, role in enumerate(roles):
-            grads = [p.grad for p in adapter_parameters(self.policy, role.adapter) if p.grad is not None]
-            grads_ok = all(bool(torch.isfinite(g).all()) for g in grads)
+            grads = [p.grad for p in self._adapter_params[role.adapter] if p.grad is not None]
+            # One device sync per adapter, not one per tensor.
+            grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
             if not (finite_loss[i] and grads_ok):
                 what = "loss" if not finite_loss[i] else "gradient"
                 bad.append(f"{'drafter' if i == 0 else 'challenger'} ({role.adapter}, non-finite {what})")
