@@ -308,6 +308,27 @@ def load_adapters(
     return policy, tokenizer
 
 
+BACKENDS = {"hf": "agon_lightning.rollout.HFRollout", "vllm": "agon_lightning.vllm_rollout.VLLMRollout"}
+SAMPLING_ARGS = ("max_new_tokens", "temperature", "top_p", "top_k")
+
+
+def rollout_for_backend(spec: dict[str, Any], backend: str | None) -> Rollout:
+    """The bundle's rollout (``spec``), or the sampling backend ``backend`` with the same sampling settings.
+
+    Raises:
+        ValueError: ``backend`` is not one of :data:`BACKENDS`.
+    """
+    if backend is None:
+        return build_component(spec)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+    if spec["class_path"] == BACKENDS[backend]:
+        return build_component(spec)
+    init_args = spec.get("init_args", {})
+    sampling = {k: init_args[k] for k in SAMPLING_ARGS if k in init_args}
+    return build_component({"class_path": BACKENDS[backend], "init_args": sampling})
+
+
 # ---------------------------------------------------------------------------------------------
 # The Python API
 # ---------------------------------------------------------------------------------------------
@@ -385,6 +406,7 @@ class Cascade:
         device: str | torch.device | None = None,
         dtype: str | None = None,
         base_model: str | None = None,
+        backend: str | None = None,
     ) -> Cascade:
         """Load a bundle written by :func:`~agon_lightning.bundle.save_bundle`.
 
@@ -393,15 +415,20 @@ class Cascade:
             device: Where to run (default: CUDA when available, else CPU).
             dtype: Base weights dtype (default: the one the pair was trained in).
             base_model: Load the base from here instead of ``agon.json``'s ``base_model``.
+            backend: Sample with ``hf`` (``transformers.generate``) or ``vllm`` (one engine, both
+                adapters resident), keeping the bundle's sampling settings; ``None``: the
+                bundle's own rollout.
         """
         meta = read_bundle(path)
+        rollout = rollout_for_backend(meta["rollout"], backend)
         policy, tokenizer = load_adapters(path, meta, meta["adapters"], base_model, dtype)
-        policy.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+        if not rollout.reports_logprobs:  # an engine samples on its own device; the PeftModel only feeds it
+            policy.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
         return cls(
             policy,
             tokenizer,
             meta["drafter"],
-            build_component(meta["rollout"]),
+            rollout,
             build_component(meta["verifier"]),
             build_component(meta["summarizer"]),
             Prompts(**meta["prompts"]),

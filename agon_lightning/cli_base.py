@@ -28,7 +28,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from agon_lightning.errors import UsageError, fail, is_verbose, one_line
 from agon_lightning.model_source import check_model_source
-from agon_lightning.registry import available_names, group_for_option, load_plugins
+from agon_lightning.registry import (
+    available_names,
+    entry_point_paths,
+    group_for_option,
+    load_plugins,
+    resolve_component_names,
+)
 
 PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$', re.DOTALL)
 IMPORT_PATH = re.compile(r"(?:dot import path string|class_path)[^:]*:\s*'?([\w.]+)")
@@ -46,7 +52,8 @@ def explain_parse_error(message: str, option_strings: list[str]) -> str:
             kind = group.rsplit(".", 1)[-1].rstrip("s")
             return (
                 f"unknown {kind} {value.group(1)!r} for --{key}; available: {', '.join(available_names(group))} "
-                f"(registered under the entry-point group {group}), or an importable class_path"
+                f"(or by entry-point name: {', '.join(sorted(entry_point_paths(group)))}; registered under "
+                f"the entry-point group {group}), or an importable class_path"
             )
         detail = re.sub(r"Expected a <class '(\w+)'>\. Got value: (.*)", r"expected \1, got '\2'", detail)
         return f"--{key}: {one_line(detail)}"
@@ -137,6 +144,8 @@ class BaseCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         # ``agon CMD`` hands each command its slice of sys.argv; LightningCLI would warn that
         # args and sys.argv are both set.
+        if isinstance(args, list):  # --model.rollout=vllm: an entry-point name, as its class path
+            args = resolve_component_names(args)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
             super().parse_arguments(parser, args)

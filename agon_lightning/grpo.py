@@ -200,6 +200,33 @@ def token_logprobs(
     return logp.view(shape), entropy.view(shape)
 
 
+def sampler_correction(trainer_logp: Tensor, engine_logp: Tensor, cap: float) -> Tensor:
+    """Truncated importance-sampling weights ``min(exp(trainer − engine), cap)``, ``[B, T]``, no gradient.
+
+    An inference engine (vLLM) samples with its own kernels and precision, so the policy it
+    sampled from is not exactly the trainer's: the surrogate's "old" policy. Re-weighting each
+    token by the ratio of the trainer's probability to the engine's makes the update unbiased
+    for the trainer's policy again; capping the ratio bounds its variance (Yao et al., 2025,
+    "Your efficient RL framework secretly brings you off-policy RL training").
+
+    Args:
+        trainer_logp: ``[B, T]`` the trainer's log-probs of the sampled tokens before the update.
+        engine_logp: ``[B, T]`` the engine's log-probs of the same tokens, as it sampled them.
+        cap: Largest weight (> 0).
+    """
+    if cap <= 0:
+        raise ValueError(f"the sampler-correction cap must be > 0, got {cap}")
+    with torch.no_grad():
+        return torch.exp(trainer_logp.float() - engine_logp.float()).clamp(max=cap)
+
+
+def logprob_mismatch(trainer_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Tensor:
+    """Mean ``|trainer − engine|`` log-prob over the ``mask``-ed completion tokens (a scalar, no gradient)."""
+    with torch.no_grad():
+        m = mask.float()
+        return ((trainer_logp.float() - engine_logp.float()).abs() * m).sum() / m.sum().clamp(min=1)
+
+
 @dataclass
 class LossNormalizer:
     """Global counts that make a micro-batched loss equal to the full-batch loss."""
@@ -238,6 +265,7 @@ def clipped_policy_loss(
     aggregation: str = "token_mean",
     ref_logp: Tensor | None = None,
     beta: float = 0.0,
+    sampler_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO's clipped surrogate (plus β·KL to the reference when given).
 
@@ -246,6 +274,8 @@ def clipped_policy_loss(
         advantages: ``[B]`` one advantage per sequence.
         mask: ``[B, T]`` 1 on completion tokens that count.
         ref_logp: ``[B, T]`` log-probs under the frozen base (only when ``beta > 0``).
+        sampler_weights: ``[B, T]`` per-token weights of the surrogate (not of the KL term):
+            :func:`sampler_correction` when an inference engine sampled the completions.
 
     Returns:
         ``(loss, stats)`` with ``clip_fraction`` and, when β > 0, ``kl`` (masked token means).
@@ -255,6 +285,8 @@ def clipped_policy_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
+    if sampler_weights is not None:
+        per_token = per_token * sampler_weights.detach()
     m = mask.float()
     denom = m.sum().clamp(min=1)
     with torch.no_grad():

@@ -34,6 +34,8 @@ from agon_lightning.grpo import (
     LossNormalizer,
     clipped_policy_loss,
     group_advantages,
+    logprob_mismatch,
+    sampler_correction,
     token_logprobs,
 )
 from agon_lightning.policy import (
@@ -81,6 +83,9 @@ class GRPOOptions:
         mask_truncated: Drop completions that hit ``max_new_tokens`` from the loss.
         logprob_chunk_size: Tokens per chunk when computing log-probs from hidden states.
         micro_batch_size: Sequences per role per backward (0 = the whole step at once).
+        tis_cap: Cap of the truncated importance-sampling correction ``min(exp(trainer −
+            engine), cap)`` applied per token to the surrogate when the rollout backend reports
+            its own sampling log-probs (vLLM); ``None`` = off. Typical: 2.
     """
 
     num_generations: int = 8
@@ -93,6 +98,7 @@ class GRPOOptions:
     mask_truncated: bool = False
     logprob_chunk_size: int = 1024
     micro_batch_size: int = 0
+    tis_cap: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -113,6 +119,8 @@ class GRPOOptions:
             )
         if self.micro_batch_size < 0:
             raise ValueError(f"grpo.micro_batch_size must be >= 0, got {self.micro_batch_size}")
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ValueError(f"grpo.tis_cap must be > 0 or null (off), got {self.tis_cap}")
 
 
 @dataclass
@@ -200,6 +208,12 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
+        if grpo.tis_cap is not None and not rollout.reports_logprobs:
+            raise ValueError(
+                f"grpo.tis_cap={grpo.tis_cap} corrects for an inference engine's sampling log-probs, but "
+                f"{type(rollout).__name__} samples with the trained model itself and reports none; use "
+                "--model.rollout=vllm or set grpo.tis_cap to null"
+            )
         self.save_hyperparameters(
             ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
         )
@@ -339,11 +353,16 @@ class AgonModule(L.LightningModule):
             with torch.no_grad():
                 ref, _ = self._logprobs(None, rb)
         mask = self._loss_mask(rb)
+        weights = None
+        if rb.logprobs is not None and self.grpo.tis_cap is not None:
+            weights = sampler_correction(old, rb.logprobs.to(old.device), self.grpo.tis_cap)
         loss, stats = clipped_policy_loss(
             logp, old, role.advantages[rows].to(logp.device), mask, norm, self.grpo.epsilon_low,
-            self.grpo.epsilon_high, self.grpo.loss_aggregation, ref, self.grpo.kl_beta,
+            self.grpo.epsilon_high, self.grpo.loss_aggregation, ref, self.grpo.kl_beta, weights,
         )  # fmt: skip
         stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
+        if rb.logprobs is not None:  # how far the engine's sampling policy is from the trainer's
+            stats["logprob_mismatch"] = logprob_mismatch(old, rb.logprobs.to(old.device), rb.completion_mask)
         return loss, stats
 
     def _update(self, roles: list[RoleRollout]) -> dict[str, float]:
@@ -396,6 +415,7 @@ class AgonModule(L.LightningModule):
             if self.max_grad_norm is not None:
                 self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
+            self.rollout.on_weights_updated(self.policy, list(dict.fromkeys(r.adapter for r in roles)))
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()

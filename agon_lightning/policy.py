@@ -145,6 +145,20 @@ def activate(model: nn.Module, name: str, trainable: list[nn.Parameter]) -> None
         p.requires_grad_(True)
 
 
+def active_adapter(model: nn.Module) -> str:
+    """The adapter ``model``'s LoRA layers apply now: :data:`BASE_ADAPTER` inside :func:`base_only`.
+
+    What an engine that holds its own copy of the adapters (vLLM) must sample with when a
+    caller made its choice through :func:`activate` or :func:`base_only`.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
+    if layer is None:
+        raise ValueError(f"{type(model).__name__} has no LoRA layers")
+    return BASE_ADAPTER if layer.disable_adapters else layer.active_adapters[0]
+
+
 @contextlib.contextmanager
 def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> Iterator[None]:
     """The exact frozen base (every adapter off), with ``trainable`` still trainable afterwards.

@@ -32,7 +32,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from agon_lightning.cascade import UNVERIFIABLE, Cascade
+from agon_lightning.cascade import BACKENDS, UNVERIFIABLE, Cascade
 from agon_lightning.data.files import ProblemFields, ProblemRow, read_problem_rows
 from agon_lightning.errors import CommandParser
 
@@ -119,6 +119,7 @@ def predict_file(
     device: str | None = None,
     dtype: str | None = None,
     seed: int | None = 0,
+    backend: str | None = None,
 ) -> PredictSummary:
     """Run a bundle's cascade over every problem of ``source`` and write JSON lines to ``output``.
 
@@ -130,7 +131,9 @@ def predict_file(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     rows = read_problem_rows(source, fields, split, subset)
-    cascade = Cascade.from_pretrained(bundle, device=device, dtype=dtype, base_model=base_model)
+    cascade = Cascade.from_pretrained(
+        bundle, device=device, dtype=dtype, base_model=base_model, backend=backend
+    )
     cascade.answerer(drafter or cascade.drafter)  # a bad drafter fails before any work
     if seed is not None:
         torch.manual_seed(seed)
@@ -218,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--seed", type=int, default=0, help="torch seed for sampling (k > 1)")
+    parser.add_argument(
+        "--backend",
+        default=None,
+        choices=sorted(BACKENDS),
+        help="sample with transformers' generate (hf) or one vLLM engine holding both adapters (vllm), "
+        "with the bundle's sampling settings (default: the bundle's own rollout)",
+    )
     return parser
 
 
@@ -245,6 +255,7 @@ def predict_main(argv: list[str] | None = None) -> None:
         args.device,
         args.dtype,
         args.seed,
+        args.backend,
     )
     print(f"{args.output}: {summary}")
     if summary.unverifiable:

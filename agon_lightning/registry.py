@@ -8,7 +8,9 @@ package that declares, e.g.::
 
 is selectable exactly like a built-in: ``--model.verifier=LeanVerifier`` or
 ``class_path: LeanVerifier`` in YAML (jsonargparse resolves a short class name among the
-imported subclasses of the argument's type).
+imported subclasses of the argument's type). On the command line the entry-point name works
+too (``--model.verifier=lean``, ``--model.rollout=vllm``): :func:`resolve_component_names`
+turns it into the class path before the parser sees it.
 """
 
 from __future__ import annotations
@@ -61,3 +63,32 @@ def group_for_option(name: str) -> str | None:
 def available_names(group: str) -> list[str]:
     """The class names a component option of ``group`` accepts (``--model.verifier=NAME``), sorted."""
     return sorted({cls.__name__ for cls in load_plugins()[group].values()})
+
+
+def entry_point_paths(group: str) -> dict[str, str]:
+    """``{entry-point name: dotted class path}`` of ``group``, read without importing anything."""
+    return {ep.name: ep.value.replace(":", ".") for ep in entry_points(group=group)}
+
+
+def resolve_component_names(argv: list[str]) -> list[str]:
+    """``argv`` with each component option given an entry-point name rewritten to its class path.
+
+    ``--model.rollout=vllm`` (or ``--model.rollout vllm``, or ``--model.rollout.class_path=vllm``)
+    becomes ``--model.rollout=agon_lightning.vllm_rollout.VLLMRollout``. Class names and class
+    paths pass through unchanged, as does every other argument.
+    """
+    resolved = list(argv)
+    for i, arg in enumerate(resolved):
+        if not arg.startswith("--"):
+            continue
+        key, eq, value = arg.partition("=")
+        option = key.removesuffix(".class_path").rsplit(".", 1)[-1]
+        group = group_for_option(option)
+        if group is None:
+            continue
+        paths = entry_point_paths(group)
+        if eq and value in paths:
+            resolved[i] = f"{key}={paths[value]}"
+        elif not eq and i + 1 < len(resolved) and resolved[i + 1] in paths:
+            resolved[i + 1] = paths[resolved[i + 1]]
+    return resolved

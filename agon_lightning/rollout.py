@@ -8,6 +8,7 @@ one re-tokenises text (which would not round-trip exactly).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ class RolloutBatch:
         texts: Decoded completions, special tokens removed.
         lengths: ``[B]`` completion tokens (EOS included).
         truncated: ``[B]`` True where no EOS came within ``max_new_tokens``.
+        logprobs: ``[B, T]`` the sampling engine's own log-prob of each completion token (0 on
+            padding), when the backend reports them (vLLM); ``None`` for HF ``generate``, whose
+            sampling pass is the trainer's own forward.
     """
 
     prompt_ids: Tensor
@@ -36,6 +40,7 @@ class RolloutBatch:
     texts: list[str]
     lengths: Tensor
     truncated: Tensor
+    logprobs: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -45,6 +50,7 @@ class RolloutBatch:
         return RolloutBatch(
             self.prompt_ids[index], self.prompt_mask[index], self.completion_ids[index],
             self.completion_mask[index], self.texts[index], self.lengths[index], self.truncated[index],
+            None if self.logprobs is None else self.logprobs[index],
         )  # fmt: skip
 
 
@@ -73,10 +79,35 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
+def check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
+    """Raise a ValueError naming the first sampling setting out of range."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+
+
+def encode_prompts(
+    tokenizer: Any, prompts: list[str], num_samples: int, device: Any
+) -> tuple[Tensor, Tensor]:
+    """``(ids [B, P], mask [B, P])``: the prompts left-padded, each repeated ``num_samples`` times in a row.
+
+    No special tokens are added: the prompt templates already hold what the model expects.
+    """
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids = enc["input_ids"].repeat_interleave(num_samples, dim=0).to(device)
+    return ids, enc["attention_mask"].repeat_interleave(num_samples, dim=0).to(device)
+
+
 class Rollout(ABC):
     """Samples ``num_samples`` completions for each prompt with the model's active adapter."""
 
     max_new_tokens: int
+    reports_logprobs: bool = False  # True where RolloutBatch.logprobs holds the engine's sampling log-probs
 
     @abstractmethod
     def generate(
@@ -94,6 +125,15 @@ class Rollout(ABC):
         several policies sample in one batch (PEFT mixed-adapter inference, eval mode
         only); ``None`` samples every prompt with the active adapter.
         """
+
+    def on_weights_updated(self, model: Any, adapter_names: Sequence[str]) -> None:
+        """Called after every optimizer step with the adapters it changed.
+
+        A backend that samples from its own copy of the weights (an inference engine) must
+        bring that copy up to date before it samples again; one that samples from ``model``
+        itself, like :class:`HFRollout`, has nothing to do.
+        """
+        return None  # the default: samples come from ``model`` itself, already current
 
 
 class HFRollout(Rollout):
@@ -115,16 +155,9 @@ class HFRollout(Rollout):
         top_k: int = 0,
         max_batch_size: int = 0,
     ) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}"
-            )
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if top_k < 0 or max_batch_size < 0:
-            raise ValueError(f"top_k and max_batch_size must be >= 0, got {top_k} and {max_batch_size}")
+        check_sampling(max_new_tokens, temperature, top_p, top_k)
+        if max_batch_size < 0:
+            raise ValueError(f"max_batch_size must be >= 0, got {max_batch_size}")
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -138,10 +171,7 @@ class HFRollout(Rollout):
             raise ValueError(
                 f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}"
             )
-        device = next(model.parameters()).device
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        ids = enc["input_ids"].repeat_interleave(num_samples, dim=0).to(device)  # [B, P]
-        attn = enc["attention_mask"].repeat_interleave(num_samples, dim=0).to(device)
+        ids, attn = encode_prompts(tokenizer, prompts, num_samples, next(model.parameters()).device)
         eos_ids = stop_token_ids(model, tokenizer)
         kwargs: dict[str, Any] = dict(
             max_new_tokens=self.max_new_tokens,

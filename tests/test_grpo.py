@@ -8,6 +8,8 @@ from agon_lightning.grpo import (
     aggregate,
     clipped_policy_loss,
     group_advantages,
+    logprob_mismatch,
+    sampler_correction,
     token_logprobs,
 )
 
@@ -110,3 +112,44 @@ def test_kl_term_is_k3_and_zero_at_reference():
     assert loss.item() == pytest.approx(0.1 * k3 / 2)
     with pytest.raises(ValueError, match="ref_logp"):
         clipped_policy_loss(logp, logp, torch.zeros(1), mask, _norm(mask), beta=0.1)
+
+
+def test_sampler_correction_is_the_capped_trainer_engine_ratio():
+    trainer = torch.log(torch.tensor([[0.5, 0.9, 0.2]]))
+    engine = torch.log(torch.tensor([[0.25, 0.9, 0.8]]))  # ratios 2, 1, 0.25
+    weights = sampler_correction(trainer, engine, cap=1.5)
+    assert weights[0].tolist() == pytest.approx([1.5, 1.0, 0.25])
+    assert not weights.requires_grad
+    with pytest.raises(ValueError, match="cap must be > 0, got 0"):
+        sampler_correction(trainer, engine, cap=0)
+
+
+def test_sampler_weights_scale_the_surrogate_not_the_kl():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    mask = torch.ones(1, 2)
+    weights = torch.tensor([[2.0, 0.5]])
+    loss, _ = clipped_policy_loss(
+        logp, logp.detach(), torch.tensor([1.0]), mask, _norm(mask), sampler_weights=weights
+    )
+    assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2)
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1.0, -0.25])
+    ref = logp.detach()  # KL = 0 at the reference whatever the weights
+    loss_kl, stats = clipped_policy_loss(
+        logp,
+        logp.detach(),
+        torch.zeros(1),
+        mask,
+        _norm(mask),
+        ref_logp=ref,
+        beta=0.5,
+        sampler_weights=weights,
+    )
+    assert loss_kl.item() == 0.0 and stats["kl"].item() == 0.0
+
+
+def test_logprob_mismatch_is_the_masked_mean_absolute_gap():
+    trainer = torch.tensor([[-1.0, -2.0, -3.0]])
+    engine = torch.tensor([[-1.5, -1.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert logprob_mismatch(trainer, engine, mask).item() == pytest.approx((0.5 + 1.0) / 2)

