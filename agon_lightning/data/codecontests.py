@@ -3,7 +3,8 @@
 Rows follow the dataset's own schema (``name``, ``description``, ``public_tests`` /
 ``private_tests`` / ``generated_tests`` as ``{input: [...], output: [...]}``, ``difficulty``,
 ``cf_rating``, ``time_limit {seconds, nanos}``, ``memory_limit_bytes``, ...) and come from the
-Hub id ``deepmind/code_contests`` or from local JSONL / Parquet files in that layout. Each
+Hub id ``deepmind/code_contests`` or from local JSONL / Parquet files in that layout (read by
+:mod:`agon_lightning.data.reader`: a missing local file is an error, never a download). Each
 row becomes a :class:`Problem` whose statement is the question and whose tests and limits
 go to ``metadata``, where :class:`~agon_lightning.verifiers.code.CodeVerifier` reads them.
 
@@ -14,19 +15,14 @@ L=19: 18 is unused), so filters accept either the integer or the letter.
 
 from __future__ import annotations
 
-import glob
-import json
-import os
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data.reader import read_rows
 from agon_lightning.types import Problem
 
 HUB_ID = "deepmind/code_contests"
-HUB_ID_PATTERN = re.compile(r"[\w.-]+/[\w.-]+")
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 TEST_SETS = ("public_tests", "private_tests", "generated_tests")
 # CodeContests' Difficulty enum: A..K = 7..17, L..V = 19..29 (18 is skipped in the proto).
 DIFFICULTY_LETTERS = {chr(ord("A") + i): 7 + i for i in range(11)} | {
@@ -104,32 +100,6 @@ def row_to_problem(
             "source": row.get("source"),
         },
     )
-
-
-def read_rows(path: str, split: str = "train") -> Iterator[dict[str, Any]]:
-    """Rows from a local ``.jsonl`` / ``.parquet`` file, a directory or glob of them, or a Hub id.
-
-    Only an ``owner/name`` that is not a local path is taken as a Hub id (and loaded with
-    ``datasets.load_dataset(path, split=split)``); a missing local file is an error, never a
-    download.
-    """
-    files = sorted(glob.glob(os.path.join(path, "*"))) if os.path.isdir(path) else sorted(glob.glob(path))
-    files = [f for f in files if f.endswith(LOCAL_SUFFIXES)]
-    if not files:
-        if os.path.exists(path) or not HUB_ID_PATTERN.fullmatch(path) or path.endswith(LOCAL_SUFFIXES):
-            raise FileNotFoundError(f"no {'/'.join(LOCAL_SUFFIXES)} files at {path!r} (nor is it a Hub id)")
-        import datasets
-
-        yield from datasets.load_dataset(path, split=split)
-        return
-    for file in files:
-        if file.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            yield from pq.read_table(file).to_pylist()
-        else:
-            with open(file, encoding="utf-8") as handle:
-                yield from (json.loads(line) for line in handle if line.strip())
 
 
 class CodeContestsDataModule(ProblemDataModule):
