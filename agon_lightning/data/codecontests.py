@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, split_holdout
 from agon_lightning.data.reader import read_rows
 from agon_lightning.types import Problem
 
@@ -102,7 +102,7 @@ def row_to_problem(
     )
 
 
-class CodeContestsDataModule(ProblemDataModule):
+class CodeContestsDataModule(SplitSourceDataModule):
     """CodeContests problems, filtered by difficulty, rating and source.
 
     Args:
@@ -155,7 +155,6 @@ class CodeContestsDataModule(ProblemDataModule):
         self.min_rating, self.max_rating = min_rating, max_rating
         self.max_tests = max_tests
         self.limit = limit
-        self._loaded: tuple[list[Problem], list[Problem] | None] | None = None
 
     def keep(self, row: dict[str, Any]) -> bool:
         """Whether a row passes the filters (and can be judged on stdin/stdout with tests)."""
@@ -180,18 +179,10 @@ class CodeContestsDataModule(ProblemDataModule):
             if self.keep(row)
         ]
 
-    def _split(self) -> tuple[list[Problem], list[Problem] | None]:
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
         # Read the training source once; carve the held-out set from it when there is no val_path.
-        if self._loaded is None:
-            problems = self.load(self.train_path, self.train_split)
-            self._loaded = (
-                (problems, None) if self.val_path else split_holdout(problems, self.val_size, self.seed)
-            )
-        return self._loaded
-
-    def load_train(self) -> list[Problem]:
-        return self._split()[0][: self.limit]
-
-    def load_val(self) -> list[Problem]:
-        held_out = self._split()[1]
-        return held_out if held_out is not None else self.load(self.val_path, self.val_split)  # type: ignore[arg-type]
+        problems = self.load(self.train_path, self.train_split)
+        if self.val_path:
+            return problems[: self.limit], self.load(self.val_path, self.val_split)
+        train, val = split_holdout(problems, self.val_size, self.seed)
+        return train[: self.limit], val

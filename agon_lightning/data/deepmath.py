@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agon_lightning.data import reader
-from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, split_holdout
 from agon_lightning.types import Problem
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def select_problems(
     return problems
 
 
-class DeepMathDataModule(ProblemDataModule):
+class DeepMathDataModule(SplitSourceDataModule):
     """DeepMath-103K problems in a difficulty band, with a fixed held-out split.
 
     Args:
@@ -131,34 +131,23 @@ class DeepMathDataModule(ProblemDataModule):
         self.val_size = val_size
         self.split_seed = split_seed
         self.max_train = max_train
-        self._splits: tuple[list[Problem], list[Problem]] | None = None
 
     def prepare_data(self) -> None:
         # Called on one process per node: download a Hub dataset into the cache once.
         if not Path(self.source).expanduser().exists():
             reader.load_hub(self.source, self.split, columns=COLUMNS)
 
-    def _load(self) -> tuple[list[Problem], list[Problem]]:
-        if self._splits is None:
-            rows = read_rows(self.source, self.split)
-            problems = select_problems(rows, self.min_difficulty, self.max_difficulty, self.topics)
-            if len(problems) <= self.val_size:
-                raise ValueError(
-                    f"DeepMath: {len(problems)} problems from {self.source!r} pass the filters "
-                    f"(difficulty {self.min_difficulty}..{self.max_difficulty}, topics {self.topics}); "
-                    f"need more than val_size={self.val_size}"
-                )
-            train, val = split_holdout(problems, self.val_size, self.split_seed)
-            if self.max_train is not None and self.max_train < len(train):
-                train = random.Random(self.split_seed).sample(train, self.max_train)
-            log.info(
-                "DeepMath: %d training and %d held-out problems from %s", len(train), len(val), self.source
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
+        rows = read_rows(self.source, self.split)
+        problems = select_problems(rows, self.min_difficulty, self.max_difficulty, self.topics)
+        if len(problems) <= self.val_size:
+            raise ValueError(
+                f"DeepMath: {len(problems)} problems from {self.source!r} pass the filters "
+                f"(difficulty {self.min_difficulty}..{self.max_difficulty}, topics {self.topics}); "
+                f"need more than val_size={self.val_size}"
             )
-            self._splits = train, val
-        return self._splits
-
-    def load_train(self) -> list[Problem]:
-        return self._load()[0]
-
-    def load_val(self) -> list[Problem]:
-        return self._load()[1]
+        train, val = split_holdout(problems, self.val_size, self.split_seed)
+        if self.max_train is not None and self.max_train < len(train):
+            train = random.Random(self.split_seed).sample(train, self.max_train)
+        log.info("DeepMath: %d training and %d held-out problems from %s", len(train), len(val), self.source)
+        return train, val

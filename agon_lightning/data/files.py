@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, split_holdout
 from agon_lightning.data.reader import iter_rows
 from agon_lightning.types import Problem
 
@@ -152,7 +152,7 @@ def write_problems(problems: list[Problem], path: str | Path) -> Path:
     return path
 
 
-class FileProblemDataModule(ProblemDataModule):
+class FileProblemDataModule(SplitSourceDataModule):
     """Problems from files or a Hub dataset, with configurable column names.
 
     Args:
@@ -201,20 +201,11 @@ class FileProblemDataModule(ProblemDataModule):
         self.subset = subset
         self.fields = fields
         self.split_seed = split_seed
-        self._splits: tuple[list[Problem], list[Problem]] | None = None
 
-    def _load(self) -> tuple[list[Problem], list[Problem]]:
-        if self._splits is None:
-            problems = load_problems(self.train_source, self.fields, self.split, self.subset)
-            if self.val_source is not None:
-                val_split = self.val_split or self.split
-                self._splits = problems, load_problems(self.val_source, self.fields, val_split, self.subset)
-            else:
-                self._splits = split_holdout(problems, self.val_size, self.split_seed)
-        return self._splits
-
-    def load_train(self) -> list[Problem]:
-        return self._load()[0]
-
-    def load_val(self) -> list[Problem]:
-        return self._load()[1]
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
+        problems = load_problems(self.train_source, self.fields, self.split, self.subset)
+        if self.val_source is None:
+            return split_holdout(problems, self.val_size, self.split_seed)
+        return problems, load_problems(
+            self.val_source, self.fields, self.val_split or self.split, self.subset
+        )
