@@ -15,14 +15,14 @@ timing varies, and stopping at partial competence leaves RL room to improve. At 
 model, tokenizer and evaluation history are written to ``output_dir``, which ``agon fit``
 loads as ``model_name_or_path``.
 
-Run it with ``agon sft --config configs/sft_tiny.yaml``.
+The examples and their data module are in :mod:`agon_lightning.sft_data`; this module holds
+the model that learns from them, the stopping rule and the command. Run it with
+``agon sft --config configs/sft_tiny.yaml``.
 """
 
 from __future__ import annotations
 
 import json
-import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,105 +30,21 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
-from torch.utils.data import DataLoader
 
 from agon_lightning.cli_base import BaseCLI, compact_usage
-from agon_lightning.data.base import ProblemDataset
-from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.policy import resolve_model_path
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout import HFRollout, Rollout
+from agon_lightning.sft_data import RIVALS, SFTDataModule, SFTExample
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
-from agon_lightning.traces import (
-    corrupted_completion,
-    evaluate,
-    format_completion,
-    problem_expression,
-    target_completion,
-)
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 # ---------------------------------------------------------------------------------------------
-# Examples
+# The module
 # ---------------------------------------------------------------------------------------------
-
-
-RIVALS = ("right", "slipped", "partial", "empty")
-DEFAULT_RIVAL_MIX = {"right": 0.3, "slipped": 0.4, "partial": 0.15, "empty": 0.15}
-
-
-@dataclass
-class SFTExample:
-    """One supervised example.
-
-    Attributes:
-        problem: The problem.
-        target: The completion to learn (the correct worked solution).
-        rival_draft: For a challenger example, the rival's full draft (its summary goes in the
-            prompt); ``None`` for a drafter example.
-        rival: What the rival's draft is (one of :data:`RIVALS`), for a challenger example.
-    """
-
-    problem: Problem
-    target: str
-    rival_draft: str | None = None
-    rival: str = ""
-
-    @property
-    def kind(self) -> str:
-        """``draft`` or ``challenge_<rival>`` (the metric group)."""
-        return "draft" if self.rival_draft is None else f"challenge_{self.rival}"
-
-
-def rival_draft(problem: Problem, rival: str, rng: random.Random) -> str:
-    """A rival's draft of ``problem`` of the given kind (see :data:`RIVALS`).
-
-    ``partial`` writes up only its first intermediate result; ``empty`` is the correct draft cut
-    off inside its trace, which has no summary to show.
-    """
-    if rival == "right":
-        return target_completion(problem)
-    if rival == "slipped":
-        return corrupted_completion(problem, rng)
-    if rival == "partial":
-        steps, value = evaluate(problem_expression(problem))
-        return format_completion(steps, str(value), summary_steps=1)
-    if rival == "empty":
-        target = target_completion(problem)
-        return target[: rng.randint(len("<think>"), target.index("</think>"))]
-    raise ValueError(f"unknown rival kind {rival!r}; expected one of {RIVALS}")
-
-
-def build_examples(
-    problems: list[Problem], challenge_fraction: float, rival_mix: dict[str, float], seed: int
-) -> list[SFTExample]:
-    """One example per problem; a seeded draw makes it a challenger example, with a rival drawn from ``rival_mix``."""
-    rng = random.Random(seed)
-    kinds, weights = list(rival_mix), list(rival_mix.values())
-    examples = []
-    for problem in problems:
-        target = target_completion(problem)
-        if rng.random() >= challenge_fraction:
-            examples.append(SFTExample(problem, target))
-            continue
-        rival = rng.choices(kinds, weights)[0]
-        examples.append(SFTExample(problem, target, rival_draft(problem, rival, rng), rival))
-    return examples
-
-
-def eval_examples(problems: list[Problem], seed: int) -> list[SFTExample]:
-    """Every problem once as a drafter, once as a challenger (the rival kinds in turn)."""
-    rng = random.Random(seed)
-    drafts = [SFTExample(p, target_completion(p)) for p in problems]
-    challenges = []
-    for i, d in enumerate(drafts):
-        rival = RIVALS[i % len(RIVALS)]
-        challenges.append(SFTExample(d.problem, d.target, rival_draft(d.problem, rival, rng), rival))
-    return drafts + challenges
 
 
 def encode_sft_batch(tokenizer: Any, prompts: list[str], targets: list[str]) -> dict[str, Tensor]:
@@ -152,78 +68,6 @@ def encode_sft_batch(tokenizer: Any, prompts: list[str], targets: list[str]) -> 
         attention_mask[i, : len(row)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
-
-def _collate(batch: list[SFTExample]) -> list[SFTExample]:
-    return list(batch)
-
-
-class SFTDataModule(ReasoningGymDataModule):
-    """reasoning-gym problems as SFT examples, with held-out problems for greedy evaluation.
-
-    Use the same ``tasks``, ``val_size`` and ``val_seed`` as the RL run, so the accuracy
-    measured here is the RL run's starting validation accuracy; the SFT ``data_seed`` is
-    chosen apart from RL's, and held-out questions are dropped from training.
-
-    Args:
-        challenge_fraction: Share of training examples in the challenger's prompt format.
-        rival_mix: Rival kind (``right``, ``slipped``, ``partial``, ``empty``) → share of the
-            challenger examples.
-        (other args): As :class:`~agon_lightning.data.reasoning_gym.ReasoningGymDataModule`.
-    """
-
-    def __init__(
-        self,
-        tasks: dict[str, dict[str, Any]] | None = None,
-        train_size: int = 100_000,
-        val_size: int = 200,
-        data_seed: int = 20_001,
-        val_seed: int = 10_001,
-        batch_size: int = 64,
-        val_batch_size: int = 200,
-        challenge_fraction: float = 0.5,
-        rival_mix: dict[str, float] | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
-    ) -> None:
-        super().__init__(
-            tasks=tasks, train_size=train_size, val_size=val_size, data_seed=data_seed, val_seed=val_seed,
-            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
-        )  # fmt: skip
-        if not 0.0 <= challenge_fraction <= 1.0:
-            raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
-        rival_mix = dict(DEFAULT_RIVAL_MIX if rival_mix is None else rival_mix)
-        unknown = sorted(set(rival_mix) - set(RIVALS))
-        if unknown or any(w < 0 for w in rival_mix.values()) or sum(rival_mix.values()) <= 0:
-            raise ValueError(
-                f"rival_mix must map some of {RIVALS} to non-negative shares with a positive sum, got {rival_mix}"
-            )
-        self.challenge_fraction = challenge_fraction
-        self.rival_mix = rival_mix
-
-    def train_dataloader(self) -> DataLoader:
-        examples = build_examples(self.train_problems, self.challenge_fraction, self.rival_mix, self.seed)
-        return DataLoader(
-            ProblemDataset(examples),  # type: ignore[arg-type]  # a list dataset of any item
-            batch_size=self.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(self.seed),
-            collate_fn=_collate,
-            num_workers=self.num_workers,
-            drop_last=True,
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(
-            ProblemDataset(eval_examples(self.val_problems, self.seed)),  # type: ignore[arg-type]
-            batch_size=self.val_batch_size,
-            collate_fn=_collate,
-            num_workers=self.num_workers,
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# The module
-# ---------------------------------------------------------------------------------------------
 
 METRIC_GROUPS = ("draft", *(f"challenge_{rival}" for rival in RIVALS))
 

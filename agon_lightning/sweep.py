@@ -15,49 +15,32 @@ returned 0; an interrupted sweep re-run with the same arguments skips finished r
 redoes unfinished ones from scratch. The marker records the run's arguments, so a changed
 command cannot silently mix two settings into one table.
 
-Results come from each run's ``metrics.csv``: the final held-out pass@1 and length of the
-deployed policy (``val/deployed/*``, and ``val/hard/deployed/*`` when the data module has a
-hard split), and the rollout budget: per step ``(train/draft/length + train/challenge/length)
-× N × P``, with N and P from the run's saved ``config.yaml``, summed over steps. Wall time is
-measured around the process. Paired comparisons (Agon against GRPO, each ablation against
-Agon) bootstrap the difference in pass@1 over seeds × problems from each run's
-``outcomes.jsonl`` (:mod:`agon_lightning.stats`).
+Wall time is measured around the process. What the finished runs measured — the tables, the
+paired comparisons and the plots — is :mod:`agon_lightning.sweep_report`'s job.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import yaml
-
 from agon_lightning.config_files import local_or_shipped, resolve_config
 from agon_lightning.errors import CommandParser, UsageError
+from agon_lightning.sweep_report import EVAL_ONLY, RunResult, read_run, write_report
 
-# (variant, reference): each row of the paired-comparison table is variant − reference.
-COMPARISONS = (
-    ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "agon"), ("no_exchange", "agon"),
-    ("fixed_roles", "agon"), ("self_play", "agon"), ("moa_untrained", "agon"),
-)  # fmt: skip
-SPLITS = (("", "held-out"), ("hard", "hard split"))
 DEFAULT_VARIANTS = (
     "grpo", "grpo_n", "agon", "cooperative", "no_exchange", "fixed_roles", "self_play", "moa_untrained",
 )  # fmt: skip
-# Variants that train nothing → the evaluator key they report instead of ``deployed``.
-EVAL_ONLY = {"moa_untrained": "moa"}
 MARKER = "sweep_done.json"
 # The ``agon`` entry point under this very interpreter (no dependence on PATH).
 AGON = (sys.executable, "-c", "from agon_lightning.cli import main; main()")
@@ -109,26 +92,6 @@ def plan(variants: Sequence[str], seeds: Sequence[int], out: Path, experiments_d
         for variant in variants
         if seed == seeds[0] or variant not in EVAL_ONLY
     ]
-
-
-@dataclass
-class RunResult:
-    """What one finished run measured (``curve``: ``(step, pass@1, length)`` per evaluation)."""
-
-    variant: str
-    seed: int
-    pass_at_1: float
-    length: float
-    base_pass_at_1: float
-    steps: int
-    rollout_tokens: int
-    train_s: float
-    wall_s: float
-    hard_pass_at_1: float = math.nan
-    hard_length: float = math.nan
-    curve: list[tuple[int, float, float]] = field(default_factory=list)
-    # split → question → (correct, tokens) of the deployed policy at the last evaluation
-    outcomes: dict[str, dict[str, tuple[bool, int]]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- resuming
@@ -232,177 +195,6 @@ def report(runs: Sequence[Run], out: Path) -> list[RunResult]:
         pending=[f"{r.variant}/seed_{r.seed}" for r in runs if not r.directory.joinpath(MARKER).is_file()],
     )
     return results
-
-
-# ---------------------------------------------------------------------- results
-def _float(row: dict[str, str], key: str) -> float:
-    return float(row[key]) if row.get(key) else 0.0
-
-
-def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) -> RunResult:
-    """Read a finished run's ``metrics.csv`` (latest version) and ``config.yaml``."""
-    logs = sorted(
-        directory.glob("lightning_logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name[8:])
-    )
-    if not logs:
-        raise FileNotFoundError(f"no lightning_logs/version_*/metrics.csv under {directory}")
-    rows = list(csv.DictReader(logs[-1].open()))
-    evals = [r for r in rows if r.get(f"val/{key}/pass@1")]
-    if not evals:
-        raise ValueError(f"{logs[-1]} has no val/{key}/pass@1: did the run evaluate?")
-    curve = {int(r["step"]): (_float(r, f"val/{key}/pass@1"), _float(r, f"val/{key}/length")) for r in evals}
-    steps = [r for r in rows if r.get("train/draft/length")]
-    tokens = 0
-    if steps:  # rollouts per step: P problems × N drafts (+ N challenges)
-        config = yaml.safe_load((logs[-1].parent / "config.yaml").read_text())
-        per_length = config["model"]["grpo"]["num_generations"] * config["data"]["init_args"]["batch_size"]
-        tokens = round(
-            sum(_float(r, "train/draft/length") + _float(r, "train/challenge/length") for r in steps)
-            * per_length
-        )
-    final = curve[int(evals[-1]["step"])]  # the last evaluation: after the last step
-    last = evals[-1]
-    return RunResult(
-        variant, seed, final[0], final[1], _float(evals[0], "val/base/pass@1"), len(steps), tokens,
-        sum(_float(r, "time/generate_s") + _float(r, "time/update_s") for r in steps), wall_s,
-        float(last[f"val/hard/{key}/pass@1"]) if last.get(f"val/hard/{key}/pass@1") else math.nan,
-        float(last[f"val/hard/{key}/length"]) if last.get(f"val/hard/{key}/length") else math.nan,
-        [(step, *curve[step]) for step in sorted(curve)], read_outcomes(logs[-1].parent, key),
-    )  # fmt: skip
-
-
-def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, int]]]:
-    """``outcomes.jsonl`` of a run (written by ``ValidationReport``) for the policy ``key``.
-
-    ``deployed`` resolves to the first trained cascade present, else the single adapter; an
-    evaluation-only run (``agon validate``) writes none, and gets ``{}``.
-    """
-    path = run_dir / "outcomes.jsonl"
-    if not path.is_file():
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if key == "deployed":
-        key = next(k for k in ("cascade_ab", "cascade_aa", "alpha") if rows and k in rows[0])
-    out: dict[str, dict[str, tuple[bool, int]]] = {}
-    for r in rows:
-        out.setdefault(r["split"], {})[r["question"]] = (bool(r[key]), int(r[f"{key}/length"]))
-    return out
-
-
-def compare(results: Sequence[RunResult], variant: str, reference: str, split: str) -> str | None:
-    """``mean [low, high]`` of pass@1(variant) − pass@1(reference), paired by seed and problem."""
-    from agon_lightning.stats import paired_bootstrap
-
-    ours = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == variant}
-    theirs = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == reference}
-    if not ours or not theirs:
-        return None
-    if len(ours) == 1 and len(theirs) > 1:  # an evaluation-only variant: one seed stands for all
-        ours = dict.fromkeys(theirs, next(iter(ours.values())))
-    seeds = sorted(ours.keys() & theirs.keys())
-    questions = sorted(set.intersection(*(set(ours[s]) & set(theirs[s]) for s in seeds))) if seeds else []
-    if not questions:
-        return None
-    a = [[ours[s][q][0] for q in questions] for s in seeds]
-    b = [[theirs[s][q][0] for q in questions] for s in seeds]
-    return str(paired_bootstrap(a, b)) + f" ({len(seeds)} seeds × {len(questions)})"
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation of the values that are not ``nan`` (``nan`` for too few)."""
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
-
-
-def _cell(values: Sequence[float], fmt: str) -> str:
-    mean, std = mean_std(values)
-    if math.isnan(mean):
-        return "—"
-    return f"{mean:{fmt}}" if math.isnan(std) else f"{mean:{fmt}} ± {std:{fmt}}"
-
-
-def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str] = ()) -> None:
-    """``results.csv`` (one row per run), ``results.md`` (mean ± std per variant) and the plots."""
-    out.mkdir(parents=True, exist_ok=True)
-    columns = [f for f in RunResult.__dataclass_fields__ if f not in ("curve", "outcomes")]
-    with (out / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows({k: v for k, v in asdict(r).items() if k in columns} for r in results)
-    by_variant: dict[str, list[RunResult]] = {}
-    for r in results:
-        by_variant.setdefault(r.variant, []).append(r)
-    lines = [
-        "# Sweep results", "",
-        "Final held-out pass@1 (greedy) and mean completion tokens of the deployed policy (cascade alpha → beta; "
-        "alpha for `grpo`; alpha → alpha for `self_play`; base → base for `moa_untrained`), mean ± sample std "
-        "over seeds. Rollout tokens: every token sampled in training (drafts + challenges); train time: "
-        "generation + update; wall: the whole run, evaluations included.", "",
-        "| variant | seeds | pass@1 | length | hard pass@1 | hard length | steps | rollout tokens | train time (s) | wall (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
-    for variant, rs in by_variant.items():
-        cells = [_cell([getattr(r, k) for r in rs], fmt) for k, fmt in
-                 [("pass_at_1", ".3f"), ("length", ".1f"), ("hard_pass_at_1", ".3f"), ("hard_length", ".1f"),
-                  ("steps", ".0f"), ("rollout_tokens", ",.0f"), ("train_s", ".0f"), ("wall_s", ".0f")]]  # fmt: skip
-        lines.append(f"| {variant} | {len(rs)} | " + " | ".join(cells) + " |")
-    rows = [
-        (variant, reference, [compare(results, variant, reference, split) for split, _ in SPLITS])
-        for variant, reference in COMPARISONS
-    ]
-    rows = [r for r in rows if any(r[2])]
-    if rows:
-        lines += [
-            "", "Paired differences in pass@1 (variant − reference; mean [95% bootstrap interval] over "
-            "seeds × problems, pairing runs of the same seed on the same problem):", "",
-            "| variant − reference | " + " | ".join(name for _, name in SPLITS) + " |",
-            "|---|" + "---|" * len(SPLITS),
-        ]  # fmt: skip
-        lines += [f"| {v} − {ref} | " + " | ".join(c or "—" for c in cells) + " |" for v, ref, cells in rows]
-    if results:
-        lines += ["", f"Untrained base alone: pass@1 {_cell([r.base_pass_at_1 for r in results], '.3f')}."]
-    if pending:
-        lines += ["", f"Not finished yet ({len(pending)}): " + ", ".join(pending) + "."]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    plot_curves(by_variant, out)
-
-
-def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
-    """``pass_at_1.png`` and ``length.png``: mean over seeds against step, ± std shaded, one
-    line per variant; evaluation-only variants as dashed horizontal lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for index, name, label in [
-        (1, "pass_at_1.png", "held-out pass@1 (greedy)"),
-        (2, "length.png", "completion tokens"),
-    ]:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for variant, rs in by_variant.items():
-            by_step: dict[int, list[float]] = {}
-            for r in rs:
-                for point in r.curve:
-                    by_step.setdefault(point[0], []).append(point[index])
-            steps = sorted(by_step)
-            stats = [mean_std(by_step[s]) for s in steps]
-            means = [m for m, _ in stats]
-            if variant in EVAL_ONLY:
-                ax.axhline(means[-1], linestyle="--", color="grey", label=variant)
-                continue
-            (line,) = ax.plot(steps, means, marker="o", label=variant)
-            stds = [0.0 if math.isnan(s) else s for _, s in stats]
-            ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                            color=line.get_color(), alpha=0.15)  # fmt: skip
-        ax.set(xlabel="training step", ylabel=label, title=f"deployed policy: {label}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
 
 
 # ---------------------------------------------------------------------- command line

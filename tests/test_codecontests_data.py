@@ -13,10 +13,10 @@ from agon_lightning.data.codecontests import (
     DRAFT_PROMPT,
     CodeContestsDataModule,
     difficulty_code,
-    read_rows,
     row_to_problem,
     time_limit_seconds,
 )
+from agon_lightning.data.reader import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "codecontests_fixture.jsonl"

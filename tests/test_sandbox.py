@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agon_lightning.code.sandbox import PROTECTIONS, Sandbox, SandboxConfig, SandboxError, classify
+from agon_lightning.code.sandbox import PROTECTIONS, Sandbox, SandboxConfig, SandboxError
+from agon_lightning.code.session import classify
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.code import CodeVerifier
 

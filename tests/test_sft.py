@@ -12,17 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout import HFRollout
-from agon_lightning.sft import (
-    DEFAULT_RIVAL_MIX,
-    RIVALS,
-    SFTCLI,
-    SFTDataModule,
-    SFTModule,
-    StopAtThreshold,
-    build_examples,
-    encode_sft_batch,
-    eval_examples,
-)
+from agon_lightning.sft import SFTCLI, SFTModule, StopAtThreshold, encode_sft_batch
+from agon_lightning.sft_data import DEFAULT_RIVAL_MIX, RIVALS, SFTDataModule, build_examples, eval_examples
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.text import extract_answer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer

@@ -10,16 +10,8 @@ import pytest
 import yaml
 
 from agon_lightning.cli import AgonCLI
-from agon_lightning.sweep import (
-    DEFAULT_VARIANTS,
-    MARKER,
-    compare,
-    plan,
-    read_run,
-    report,
-    sweep,
-    sweep_main,
-)
+from agon_lightning.sweep import DEFAULT_VARIANTS, MARKER, plan, report, sweep, sweep_main
+from agon_lightning.sweep_report import compare, read_run
 from agon_lightning.validation import CascadeEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]

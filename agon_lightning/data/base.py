@@ -145,10 +145,13 @@ class ProblemDataModule(L.LightningDataModule):
     def load_val(self) -> list[Problem]:
         """The fixed held-out problems."""
 
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
+        """Training and held-out problems, read once by :meth:`setup`."""
+        return self.load_train(), self.load_val()
+
     def setup(self, stage: str | None = None) -> None:
         if self._train is None:
-            self._train = self.load_train()
-            self._val = self.load_val()
+            self._train, self._val = self.load_splits()
             if not self._train:
                 raise ValueError(f"{type(self).__name__} produced no training problems")
 
@@ -196,6 +199,21 @@ class ProblemDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._eval_loader()
+
+
+class SplitSourceDataModule(ProblemDataModule):
+    """Base class for sources whose training and held-out problems come from one read:
+    subclasses implement :meth:`load_splits` (which :meth:`setup` calls once)."""
+
+    @abstractmethod
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
+        """Training and held-out problems."""
+
+    def load_train(self) -> list[Problem]:
+        return self.train_problems
+
+    def load_val(self) -> list[Problem]:
+        return self.val_problems
 
 
 def split_holdout(problems: list[Problem], val_size: int, seed: int) -> tuple[list[Problem], list[Problem]]:

@@ -3,7 +3,8 @@
 Rows follow the dataset's own schema (``name``, ``description``, ``public_tests`` /
 ``private_tests`` / ``generated_tests`` as ``{input: [...], output: [...]}``, ``difficulty``,
 ``cf_rating``, ``time_limit {seconds, nanos}``, ``memory_limit_bytes``, ...) and come from the
-Hub id ``deepmind/code_contests`` or from local JSONL / Parquet files in that layout. Each
+Hub id ``deepmind/code_contests`` or from local JSONL / Parquet files in that layout (read by
+:mod:`agon_lightning.data.reader`: a missing local file is an error, never a download). Each
 row becomes a :class:`Problem` whose statement is the question and whose tests and limits
 go to ``metadata``, where :class:`~agon_lightning.verifiers.code.CodeVerifier` reads them.
 
@@ -14,19 +15,14 @@ L=19: 18 is unused), so filters accept either the integer or the letter.
 
 from __future__ import annotations
 
-import glob
-import json
-import os
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, split_holdout
+from agon_lightning.data.reader import read_rows
 from agon_lightning.types import Problem
 
 HUB_ID = "deepmind/code_contests"
-HUB_ID_PATTERN = re.compile(r"[\w.-]+/[\w.-]+")
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 TEST_SETS = ("public_tests", "private_tests", "generated_tests")
 # CodeContests' Difficulty enum: A..K = 7..17, L..V = 19..29 (18 is skipped in the proto).
 DIFFICULTY_LETTERS = {chr(ord("A") + i): 7 + i for i in range(11)} | {
@@ -106,33 +102,7 @@ def row_to_problem(
     )
 
 
-def read_rows(path: str, split: str = "train") -> Iterator[dict[str, Any]]:
-    """Rows from a local ``.jsonl`` / ``.parquet`` file, a directory or glob of them, or a Hub id.
-
-    Only an ``owner/name`` that is not a local path is taken as a Hub id (and loaded with
-    ``datasets.load_dataset(path, split=split)``); a missing local file is an error, never a
-    download.
-    """
-    files = sorted(glob.glob(os.path.join(path, "*"))) if os.path.isdir(path) else sorted(glob.glob(path))
-    files = [f for f in files if f.endswith(LOCAL_SUFFIXES)]
-    if not files:
-        if os.path.exists(path) or not HUB_ID_PATTERN.fullmatch(path) or path.endswith(LOCAL_SUFFIXES):
-            raise FileNotFoundError(f"no {'/'.join(LOCAL_SUFFIXES)} files at {path!r} (nor is it a Hub id)")
-        import datasets
-
-        yield from datasets.load_dataset(path, split=split)
-        return
-    for file in files:
-        if file.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            yield from pq.read_table(file).to_pylist()
-        else:
-            with open(file, encoding="utf-8") as handle:
-                yield from (json.loads(line) for line in handle if line.strip())
-
-
-class CodeContestsDataModule(ProblemDataModule):
+class CodeContestsDataModule(SplitSourceDataModule):
     """CodeContests problems, filtered by difficulty, rating and source.
 
     Args:
@@ -185,7 +155,6 @@ class CodeContestsDataModule(ProblemDataModule):
         self.min_rating, self.max_rating = min_rating, max_rating
         self.max_tests = max_tests
         self.limit = limit
-        self._loaded: tuple[list[Problem], list[Problem] | None] | None = None
 
     def keep(self, row: dict[str, Any]) -> bool:
         """Whether a row passes the filters (and can be judged on stdin/stdout with tests)."""
@@ -210,18 +179,10 @@ class CodeContestsDataModule(ProblemDataModule):
             if self.keep(row)
         ]
 
-    def _split(self) -> tuple[list[Problem], list[Problem] | None]:
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
         # Read the training source once; carve the held-out set from it when there is no val_path.
-        if self._loaded is None:
-            problems = self.load(self.train_path, self.train_split)
-            self._loaded = (
-                (problems, None) if self.val_path else split_holdout(problems, self.val_size, self.seed)
-            )
-        return self._loaded
-
-    def load_train(self) -> list[Problem]:
-        return self._split()[0][: self.limit]
-
-    def load_val(self) -> list[Problem]:
-        held_out = self._split()[1]
-        return held_out if held_out is not None else self.load(self.val_path, self.val_split)  # type: ignore[arg-type]
+        problems = self.load(self.train_path, self.train_split)
+        if self.val_path:
+            return problems[: self.limit], self.load(self.val_path, self.val_split)
+        train, val = split_holdout(problems, self.val_size, self.seed)
+        return train[: self.limit], val

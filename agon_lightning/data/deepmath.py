@@ -13,14 +13,14 @@ and seed always give the same split on every rank.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data import reader
+from agon_lightning.data.base import SplitSourceDataModule, split_holdout
 from agon_lightning.types import Problem
 
 log = logging.getLogger(__name__)
@@ -32,46 +32,7 @@ LOCAL_SUFFIXES = (".parquet", ".jsonl")
 
 def read_rows(source: str, split: str = "train") -> list[dict[str, Any]]:
     """Rows (our four columns) from a local Parquet/JSONL file or folder, else a Hub dataset id."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        files = sorted(f for f in path.iterdir() if f.suffix in LOCAL_SUFFIXES)
-        if not files:
-            raise FileNotFoundError(f"no {'/'.join(LOCAL_SUFFIXES)} files in {source!r}")
-        return [row for f in files for row in _read_file(f)]
-    if path.is_file():
-        return _read_file(path)
-    if path.suffix in LOCAL_SUFFIXES:
-        raise FileNotFoundError(f"DeepMath file {source!r} does not exist")
-    return load_hub(source, split).to_list()
-
-
-def load_hub(source: str, split: str = "train") -> Any:
-    """The Hub dataset ``source`` through ``datasets`` (cached after the first download)."""
-    import datasets
-
-    return datasets.load_dataset(source, split=split, columns=list(COLUMNS))
-
-
-def _read_file(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path, columns=list(COLUMNS)).to_pylist()
-    if path.suffix != ".jsonl":
-        raise ValueError(f"unsupported DeepMath file {str(path)!r}: expected one of {LOCAL_SUFFIXES}")
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno} is not valid JSON ({err.msg})") from err
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno} is a JSON {type(row).__name__}, expected an object")
-            rows.append({k: row.get(k) for k in COLUMNS})
-    return rows
+    return reader.read_rows(source, split, columns=COLUMNS, suffixes=LOCAL_SUFFIXES)
 
 
 def valid_difficulty(value: Any) -> float | None:
@@ -120,7 +81,7 @@ def select_problems(
     return problems
 
 
-class DeepMathDataModule(ProblemDataModule):
+class DeepMathDataModule(SplitSourceDataModule):
     """DeepMath-103K problems in a difficulty band, with a fixed held-out split.
 
     Args:
@@ -170,34 +131,23 @@ class DeepMathDataModule(ProblemDataModule):
         self.val_size = val_size
         self.split_seed = split_seed
         self.max_train = max_train
-        self._splits: tuple[list[Problem], list[Problem]] | None = None
 
     def prepare_data(self) -> None:
         # Called on one process per node: download a Hub dataset into the cache once.
         if not Path(self.source).expanduser().exists():
-            load_hub(self.source, self.split)
+            reader.load_hub(self.source, self.split, columns=COLUMNS)
 
-    def _load(self) -> tuple[list[Problem], list[Problem]]:
-        if self._splits is None:
-            rows = read_rows(self.source, self.split)
-            problems = select_problems(rows, self.min_difficulty, self.max_difficulty, self.topics)
-            if len(problems) <= self.val_size:
-                raise ValueError(
-                    f"DeepMath: {len(problems)} problems from {self.source!r} pass the filters "
-                    f"(difficulty {self.min_difficulty}..{self.max_difficulty}, topics {self.topics}); "
-                    f"need more than val_size={self.val_size}"
-                )
-            train, val = split_holdout(problems, self.val_size, self.split_seed)
-            if self.max_train is not None and self.max_train < len(train):
-                train = random.Random(self.split_seed).sample(train, self.max_train)
-            log.info(
-                "DeepMath: %d training and %d held-out problems from %s", len(train), len(val), self.source
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
+        rows = read_rows(self.source, self.split)
+        problems = select_problems(rows, self.min_difficulty, self.max_difficulty, self.topics)
+        if len(problems) <= self.val_size:
+            raise ValueError(
+                f"DeepMath: {len(problems)} problems from {self.source!r} pass the filters "
+                f"(difficulty {self.min_difficulty}..{self.max_difficulty}, topics {self.topics}); "
+                f"need more than val_size={self.val_size}"
             )
-            self._splits = train, val
-        return self._splits
-
-    def load_train(self) -> list[Problem]:
-        return self._load()[0]
-
-    def load_val(self) -> list[Problem]:
-        return self._load()[1]
+        train, val = split_holdout(problems, self.val_size, self.split_seed)
+        if self.max_train is not None and self.max_train < len(train):
+            train = random.Random(self.split_seed).sample(train, self.max_train)
+        log.info("DeepMath: %d training and %d held-out problems from %s", len(train), len(val), self.source)
+        return train, val

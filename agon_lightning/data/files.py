@@ -1,10 +1,10 @@
-"""Problems from a JSONL, JSON or Parquet file, a folder of them, or a Hub dataset id.
+"""Problems from a JSONL, JSON or Parquet file, a folder or glob of them, or a Hub dataset id.
 
 Any dataset with a question column and (optionally) a gold-answer column becomes a list of
 :class:`Problem`; which column is which is configurable, since every dataset names them
 differently (``question``/``answer``, ``problem``/``solution``, ``prompt``/``final_answer``).
 
-Rows are read one by one and each bad row (malformed JSON, an empty question, a missing
+Rows come from :mod:`agon_lightning.data.reader`; each bad row (malformed JSON, an empty question, a missing
 column) becomes a :class:`ProblemRow` carrying an error that names the file and the line.
 Prediction writes an error record for such a row and goes on with the others; training
 (:class:`FileProblemDataModule`) refuses the file and lists what is wrong, because silently
@@ -14,16 +14,14 @@ training on part of a file is worse than stopping.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.data.base import ProblemDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, split_holdout
+from agon_lightning.data.reader import iter_rows
 from agon_lightning.types import Problem
 
-JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
-FILE_SUFFIXES = (*JSON_SUFFIXES, ".parquet")
 MAX_LISTED_ERRORS = 10
 
 
@@ -96,74 +94,6 @@ def row_to_problem(row: Any, fields: ProblemFields) -> Problem:
     return Problem(question=question, answer=None if answer is None else str(answer), metadata=metadata)
 
 
-RawRow = tuple[str, Any, str | None]  # (location, row, why it could not be read)
-
-
-def _json_rows(path: Path) -> Iterator[RawRow]:
-    """The rows of a JSON-lines file, or of a ``.json`` file holding one array."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as err:
-            yield f"{path}:{err.lineno}", None, f"not valid JSON ({err.msg} at column {err.colno})"
-            return
-        for n, row in enumerate(rows, start=1):
-            yield f"{path} item {n}", row, None
-        return
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield f"{path}:{lineno}", json.loads(line), None
-        except json.JSONDecodeError as err:
-            yield f"{path}:{lineno}", None, f"not valid JSON ({err.msg} at column {err.colno})"
-
-
-def _parquet_rows(path: Path) -> Iterator[RawRow]:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as err:  # pyarrow's errors do not always name the file
-        raise ValueError(f"{path} is not a readable Parquet file: {err}") from err
-    for n, row in enumerate(table.to_pylist(), start=1):
-        yield f"{path} row {n}", row, None
-
-
-def _hub_rows(source: str, split: str, subset: str | None) -> Iterator[RawRow]:
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(source, subset, split=split)
-    except Exception as err:
-        raise FileNotFoundError(
-            f"{source!r} is neither a local file or folder (expected one of {FILE_SUFFIXES}) "
-            f"nor a loadable Hub dataset (split {split!r}): {err}"
-        ) from err
-    for n, row in enumerate(dataset, start=1):
-        yield f"{source}[{split}] row {n}", row, None
-
-
-def _raw_rows(source: str, split: str, subset: str | None) -> Iterator[RawRow]:
-    path = Path(source).expanduser()
-    if path.is_dir():
-        files = sorted(f for f in path.iterdir() if f.suffix in FILE_SUFFIXES)
-        if not files:
-            raise FileNotFoundError(f"folder {source!r} holds no {'/'.join(FILE_SUFFIXES)} files")
-    elif path.is_file():
-        if path.suffix not in FILE_SUFFIXES:
-            raise ValueError(f"unsupported problem file {source!r}: expected one of {FILE_SUFFIXES}")
-        files = [path]
-    elif path.suffix in FILE_SUFFIXES:
-        raise FileNotFoundError(f"problem file {source!r} does not exist")
-    else:
-        yield from _hub_rows(source, split, subset)
-        return
-    for f in files:
-        yield from _parquet_rows(f) if f.suffix == ".parquet" else _json_rows(f)
-
-
 def read_problem_rows(
     source: str, fields: ProblemFields | None = None, split: str = "train", subset: str | None = None
 ) -> list[ProblemRow]:
@@ -171,7 +101,7 @@ def read_problem_rows(
 
     Args:
         source: A ``.jsonl``/``.ndjson``/``.json``/``.parquet`` file, a folder of them (read in
-            name order), or a Hub dataset id.
+            name order), a glob, or a Hub dataset id.
         fields: Column names (defaults: ``question``, ``answer``, ``metadata``).
         split: Split of a Hub dataset.
         subset: Configuration name of a Hub dataset (e.g. ``"main"`` for GSM8K).
@@ -181,7 +111,7 @@ def read_problem_rows(
     """
     fields = fields or ProblemFields()
     rows = []
-    for index, (location, raw, error) in enumerate(_raw_rows(source, split, subset)):
+    for index, (location, raw, error) in enumerate(iter_rows(source, split, subset)):
         if error is None:
             try:
                 rows.append(ProblemRow(index, location, problem=row_to_problem(raw, fields)))
@@ -222,7 +152,7 @@ def write_problems(problems: list[Problem], path: str | Path) -> Path:
     return path
 
 
-class FileProblemDataModule(ProblemDataModule):
+class FileProblemDataModule(SplitSourceDataModule):
     """Problems from files or a Hub dataset, with configurable column names.
 
     Args:
@@ -271,20 +201,11 @@ class FileProblemDataModule(ProblemDataModule):
         self.subset = subset
         self.fields = fields
         self.split_seed = split_seed
-        self._splits: tuple[list[Problem], list[Problem]] | None = None
 
-    def _load(self) -> tuple[list[Problem], list[Problem]]:
-        if self._splits is None:
-            problems = load_problems(self.train_source, self.fields, self.split, self.subset)
-            if self.val_source is not None:
-                val_split = self.val_split or self.split
-                self._splits = problems, load_problems(self.val_source, self.fields, val_split, self.subset)
-            else:
-                self._splits = split_holdout(problems, self.val_size, self.split_seed)
-        return self._splits
-
-    def load_train(self) -> list[Problem]:
-        return self._load()[0]
-
-    def load_val(self) -> list[Problem]:
-        return self._load()[1]
+    def load_splits(self) -> tuple[list[Problem], list[Problem]]:
+        problems = load_problems(self.train_source, self.fields, self.split, self.subset)
+        if self.val_source is None:
+            return split_holdout(problems, self.val_size, self.split_seed)
+        return problems, load_problems(
+            self.val_source, self.fields, self.val_split or self.split, self.subset
+        )

@@ -6,78 +6,29 @@ and passed to math-verify *first* (its comparison is not symmetric).
 
 Why worker processes: math-verify bounds its own work with ``SIGALRM``, which works only in
 the main thread of the main interpreter, not wherever a trainer happens to call a verifier.
-So each check runs in a worker process with math-verify's timeouts switched off; the parent
-waits at most ``timeout_s`` for it, then kills that worker, starts a fresh one and rules the
-answer wrong with reason ``"timeout"``. A process can be killed whatever it is doing, so a
-pathological expression costs at most ``timeout_s`` plus a kill and never stalls training.
-A batch is checked by all workers in parallel.
+So each check runs in a :class:`~agon_lightning.workers.BoundedPool` worker with math-verify's
+timeouts switched off; past ``timeout_s`` that worker is killed and replaced and the answer is
+ruled wrong with reason ``"timeout"``. A batch is checked by all workers in parallel.
 
-Workers are fresh interpreters (fork + exec), safe to start from a trainer that holds CUDA
-state and threads. The pool is created on first use, left behind when the verifier is
-pickled (DDP spawn, checkpoints) or forked (dataloader workers), where the copy starts its
-own, and shut down by :meth:`MathVerifier.close`, at garbage collection or at interpreter
-exit, whichever comes first.
+The pool is created on first use, left behind when the verifier is pickled (DDP spawn,
+checkpoints) or forked (dataloader workers), where the copy starts its own, and shut down by
+:meth:`MathVerifier.close`, at garbage collection or at interpreter exit, whichever comes first.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import resource
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-import weakref
-from collections import deque
-from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection, wait
+from collections.abc import Sequence
 from typing import Any
 
 from agon_lightning.text import THINK_CLOSE, after_thinking, last_boxed_span
 from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
+from agon_lightning.workers import BoundedPool
 
 log = logging.getLogger(__name__)
-
-_READY = "ready"
-# Importing sympy and math-verify in a fresh worker takes seconds on a loaded machine; that
-# is start-up, not a check, and gets its own generous bound.
-_STARTUP_TIMEOUT_S = 120.0
-
-
-# --------------------------------------------------------------------------- worker side
-
-
-def _worker_main(fd: int, timeout_s: float) -> None:
-    """Answer ``(fn, args)`` jobs on socket ``fd`` with ``("ok", fn(*args))`` or ``("error", msg)``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    # We bound time ourselves; math-verify's "timeout is disabled" warning is noise here.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    conn = Connection(fd)
-    grade("1", "\\boxed{1.0}", 6, 15, True)  # load the LaTeX grammar now: start-up is not check time
-    conn.send(_READY)
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:  # the parent is gone
-            return
-        # The parent kills a job at timeout_s of wall time. Should the parent die first, the
-        # kernel ends a runaway job once it has used a few times that much CPU time.
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(used.ru_utime + used.ru_stime + 4 * timeout_s) + 1
-        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-        fn, args = job
-        try:
-            reply: tuple[str, Any] = ("ok", fn(*args))
-        except Exception as err:  # reported to the parent, which turns it into a verdict
-            reply = ("error", f"{type(err).__name__}: {err}")
-        conn.send(reply)
 
 
 def grade(
@@ -109,134 +60,11 @@ def grade(
     return ("ok" if same else "wrong_answer"), answer
 
 
-# --------------------------------------------------------------------------- parent side
-
-
-class _Worker:
-    """A worker interpreter: ``python -c`` rather than multiprocessing, so it never re-imports
-    the caller's ``__main__`` and needs no ``if __name__ == "__main__"`` guard there."""
-
-    def __init__(self, timeout_s: float) -> None:
-        ours, theirs = socket.socketpair()
-        code = f"from {__name__} import _worker_main; _worker_main({theirs.fileno()}, {timeout_s!r})"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
-        )
-        theirs.close()
-        self.conn = Connection(ours.detach())
-        self.ready = False
-        self.job: int | None = None
-        self.deadline = time.monotonic() + _STARTUP_TIMEOUT_S
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.conn.close()
-
-
-def _stop_workers(workers: list[_Worker], owner_pid: int) -> None:
-    # A forked child inherits this list; only the process that started the workers stops them.
-    if os.getpid() == owner_pid:
-        for worker in workers:
-            worker.stop()
-    workers.clear()
-
-
-class BoundedPool:
-    """Worker processes that run picklable ``fn(*args)`` jobs, each within ``timeout_s``.
-
-    Args:
-        size: Number of worker processes.
-        timeout_s: Wall-clock bound on one job; a worker past it is killed and replaced.
-    """
-
-    def __init__(self, size: int, timeout_s: float) -> None:
-        self.size = size
-        self.timeout_s = timeout_s
-        self.owner_pid = os.getpid()
-        self.workers: list[_Worker] = []
-        self._finalizer = weakref.finalize(self, _stop_workers, self.workers, self.owner_pid)
-
-    def start(self) -> None:
-        """Start all workers and wait until each is ready (otherwise :meth:`run` starts them)."""
-        try:
-            while len(self.workers) < self.size:
-                self.workers.append(_Worker(self.timeout_s))
-            while starting := {w.conn: w for w in self.workers if not w.ready}:
-                next_deadline = min(w.deadline for w in starting.values())
-                ready = wait(list(starting), timeout=max(0.0, next_deadline - time.monotonic()))
-                if not ready:
-                    raise RuntimeError(f"a verifier worker did not start within {_STARTUP_TIMEOUT_S:.0f} s")
-                for conn in ready:
-                    self._receive(starting[conn], [])
-        except BaseException:
-            self.close()
-            raise
-
-    def run(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[tuple[str, Any]]:
-        """``fn(*args)`` for every job: ``("ok", value)``, ``("timeout", None)`` or ``("error", msg)``."""
-        try:
-            return self._run(fn, jobs)
-        except BaseException:
-            self.close()  # interrupted mid-batch: workers hold stale jobs, start afresh next time
-            raise
-
-    def _run(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[tuple[str, Any]]:
-        while len(self.workers) < min(self.size, len(jobs)):
-            self.workers.append(_Worker(self.timeout_s))
-        results: list[tuple[str, Any] | None] = [None] * len(jobs)
-        pending = deque(range(len(jobs)))
-        while pending or any(w.job is not None for w in self.workers):
-            for worker in self.workers:
-                if worker.ready and worker.job is None and pending:
-                    index = pending.popleft()
-                    try:
-                        worker.conn.send((fn, jobs[index]))
-                    except OSError:  # died while idle: requeue the job on a fresh worker
-                        pending.appendleft(index)
-                        self._replace(worker)
-                        continue
-                    worker.job, worker.deadline = index, time.monotonic() + self.timeout_s
-            waiting = {w.conn: w for w in self.workers if w.job is not None or not w.ready}
-            next_deadline = min(w.deadline for w in waiting.values())
-            for conn in wait(list(waiting), timeout=max(0.0, next_deadline - time.monotonic())):
-                self._receive(waiting[conn], results)
-            now = time.monotonic()
-            for worker in waiting.values():
-                if worker.deadline > now or worker not in self.workers:
-                    continue
-                if not worker.ready:
-                    raise RuntimeError(f"a verifier worker did not start within {_STARTUP_TIMEOUT_S:.0f} s")
-                if worker.job is not None:
-                    results[worker.job] = ("timeout", None)
-                    self._replace(worker)
-        return results  # type: ignore[return-value]
-
-    def _receive(self, worker: _Worker, results: list[tuple[str, Any] | None]) -> None:
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            code = worker.process.poll()
-            if worker.job is None:
-                raise RuntimeError(f"a verifier worker died while starting (exit code {code})") from None
-            results[worker.job] = ("error", f"worker died (exit code {code})")
-            self._replace(worker)
-            return
-        if worker.ready:
-            results[worker.job] = message  # type: ignore[index]
-            worker.job = None
-        else:
-            worker.ready = message == _READY
-
-    def _replace(self, worker: _Worker) -> None:
-        worker.stop()
-        self.workers[self.workers.index(worker)] = _Worker(self.timeout_s)
-
-    def close(self) -> None:
-        """Stop every worker now (a later :meth:`run` starts new ones)."""
-        _stop_workers(self.workers, self.owner_pid)
+def warm_up() -> None:
+    """Run in each fresh worker before it takes checks: load the LaTeX grammar (start-up is not check time)."""
+    # We bound time ourselves; math-verify's "timeout is disabled" warning is noise here.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    grade("1", "\\boxed{1.0}", 6, 15, True)
 
 
 class MathVerifier(Verifier):
@@ -326,7 +154,7 @@ class MathVerifier(Verifier):
         if self._pool is not None and self._pool.owner_pid != os.getpid():
             self._pool = None  # inherited through fork: those workers belong to the parent
         if self._pool is None:
-            self._pool = BoundedPool(self.num_workers, self.timeout_s)
+            self._pool = BoundedPool(self.num_workers, self.timeout_s, warm_up=f"{__name__}:warm_up")
         return self._pool
 
     def close(self) -> None:
