@@ -11,22 +11,30 @@ Each adapter directory loads with plain ``peft.PeftModel.from_pretrained(base, "
 Components are recorded as ``{"class_path", "init_args"}`` from their public attributes (our
 components keep each constructor argument as a same-named attribute), so a bundle rebuilds
 the exact pipeline it was trained with. Writes go to a temporary sibling directory that is
-renamed into place, so an interrupted save never leaves a half-written bundle.
+renamed into place, so an interrupted save never leaves a half-written bundle. Loading checks
+each adapter against the bundle (listed, has weights, trained on this base) before attaching
+it with the same :func:`~agon_lightning.policy.attach_adapters` that builds a training run.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from agon_lightning.errors import CommandParser
+from agon_lightning.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
+
 BUNDLE_FILE = "agon.json"
 FORMAT_VERSION = 1
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def component_spec(obj: Any) -> dict[str, Any]:
@@ -118,3 +126,81 @@ def read_bundle(path: str | Path) -> dict[str, Any]:
                 f"bundle {path} names adapter {name!r} but {path / name}/adapter_config.json is missing"
             )
     return meta
+
+
+def canonical_base(name: str) -> str:
+    """A base model name comparable across machines: a shipped model's path becomes ``agon:NAME``."""
+    path = Path(name)
+    if path.parent.name == "assets" and path.parent.parent.name == "agon_lightning":
+        return EMBEDDED_PREFIX + path.name
+    if not name.startswith(EMBEDDED_PREFIX) and path.exists():
+        return str(path.resolve())
+    return name.rstrip("/")
+
+
+def check_adapters(path: Path, meta: dict[str, Any], names: Sequence[str]) -> None:
+    """Each adapter in ``names`` is in the bundle, has weights, and was trained on its base.
+
+    Raises:
+        ValueError: an adapter the bundle does not list, or one trained on another base.
+        FileNotFoundError: an adapter without its weights file.
+    """
+    listed = meta.get("adapters", [])
+    for name in names:
+        if name not in listed:
+            raise ValueError(f"bundle {path} holds adapters {listed}, not {name!r}")
+        adapter_dir = path / name
+        if not any((adapter_dir / f).is_file() for f in ADAPTER_WEIGHTS):
+            raise FileNotFoundError(
+                f"adapter {name!r} has no weights: {adapter_dir / ADAPTER_WEIGHTS[0]} is missing"
+            )
+        config_file = adapter_dir / "adapter_config.json"
+        try:
+            trained_on = json.loads(config_file.read_text()).get("base_model_name_or_path")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{config_file} is not valid JSON: {err}") from err
+        if trained_on and canonical_base(trained_on) != canonical_base(meta["base_model"]):
+            raise ValueError(
+                f"{config_file} says the adapter was trained on {trained_on!r}, but {path / 'agon.json'} "
+                f"names base_model {meta['base_model']!r}; the adapter does not belong to this bundle"
+            )
+
+
+def load_adapters(
+    path: str | Path,
+    meta: dict[str, Any],
+    names: Sequence[str],
+    base_model: str | None = None,
+    dtype: str | None = None,
+) -> tuple[Any, Any]:
+    """``(PeftModel with the named adapters, tokenizer)`` from a bundle, in eval mode.
+
+    Args:
+        path: The bundle directory.
+        meta: Its ``agon.json`` (:func:`~agon_lightning.bundle.read_bundle`).
+        names: Adapters to attach.
+        base_model: Load the base from here instead of ``agon.json``'s ``base_model`` (a
+            local copy of the same model).
+        dtype: ``float32`` | ``bfloat16`` | ``float16`` (default: the bundle's).
+    """
+    path = Path(path)
+    check_adapters(path, meta, names)
+    base_name = base_model or meta["base_model"]
+    base, tokenizer = load_base(base_name, dtype or meta.get("dtype", "float32"))
+    try:
+        policy = attach_adapters(base, tuple(names), LoraOptions(init_from=str(path)))
+    except (RuntimeError, ValueError, KeyError) as err:  # size mismatches, target modules not found
+        raise ValueError(
+            f"the adapters {list(names)} in {path} do not fit base model {base_name!r}: {err}"
+        ) from err
+    policy.eval()
+    return policy, tokenizer
+
+
+def bundle_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The parser of a command that loads a bundle: ``--bundle``, ``--base-model`` and ``--dtype``."""
+    parser = CommandParser(prog=prog, description=description)
+    parser.add_argument("--bundle", required=True, help="bundle directory (alpha/, beta/, agon.json)")
+    parser.add_argument("--base-model", default=None, help="load the base from here instead of agon.json's")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    return parser

@@ -10,7 +10,7 @@
   the draft's summary (the templates are in ``agon.json``).
 
 Both outputs are written atomically, and the adapters are checked against the bundle's base
-first (:func:`~agon_lightning.cascade.check_adapters`).
+first (:func:`~agon_lightning.bundle.check_adapters`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.bundle import BUNDLE_FILE, atomic_directory, read_bundle
-from agon_lightning.cascade import check_adapters, load_adapters
-from agon_lightning.errors import CommandParser
+from agon_lightning.bundle import (
+    BUNDLE_FILE,
+    atomic_directory,
+    bundle_parser,
+    check_adapters,
+    load_adapters,
+    read_bundle,
+)
 from agon_lightning.policy import resolve_model_path
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's --max-lora-rank accepts
@@ -98,17 +103,14 @@ def vllm_command(lora_dir: str | Path, base_model: str | None = None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(
-        prog="agon export",
-        description="Export a bundle: one adapter merged into the base (--merged-out) and/or both "
+    parser = bundle_parser(
+        "agon export",
+        "Export a bundle: one adapter merged into the base (--merged-out) and/or both "
         "adapters in a multi-LoRA server layout (--lora-out).",
     )
-    parser.add_argument("--bundle", required=True, help="bundle directory (alpha/, beta/, agon.json)")
     parser.add_argument("--adapter", default=None, help="adapter to merge (default: the bundle's drafter)")
     parser.add_argument("--merged-out", default=None, help="write the merged Hugging Face model here")
     parser.add_argument("--lora-out", default=None, help="write both PEFT adapters + agon.json here")
-    parser.add_argument("--base-model", default=None, help="load the base from here instead of agon.json's")
-    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     return parser
 
 

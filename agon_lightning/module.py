@@ -28,7 +28,6 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from agon_lightning.cascade import challenge, solve_batch
 from agon_lightning.grpo import (
     AGGREGATIONS,
     LossNormalizer,
@@ -38,6 +37,7 @@ from agon_lightning.grpo import (
     sampler_correction,
     token_logprobs,
 )
+from agon_lightning.pipeline import challenge, solve_batch
 from agon_lightning.policy import (
     BASE_ADAPTER,
     LoraOptions,
@@ -520,7 +520,7 @@ class AgonModule(L.LightningModule):
     def predict_step(self, batch: list[Problem], batch_idx: int) -> list[dict[str, Any]]:
         """The greedy cascade on each problem (the first adapter drafts), as JSON-ready records.
 
-        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.cascade.solve_batch`),
+        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.pipeline.solve_batch`),
         which also offers the other drafter and k samples with a majority vote.
         """
         drafter, answerer = self.adapter_names[0], self.adapter_names[-1]

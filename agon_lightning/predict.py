@@ -32,9 +32,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from agon_lightning.cascade import BACKENDS, UNVERIFIABLE, Cascade
+from agon_lightning.bundle import bundle_parser
+from agon_lightning.cascade import BACKENDS, Cascade
 from agon_lightning.data.files import ProblemFields, ProblemRow, read_problem_rows
-from agon_lightning.errors import CommandParser
+from agon_lightning.pipeline import UNVERIFIABLE
 
 log = logging.getLogger(__name__)
 
@@ -193,12 +194,11 @@ class JsonlPredictionWriter(BasePredictionWriter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(
-        prog="agon predict",
-        description="Run a bundle's two-stage cascade over a problem file or Hub dataset; write JSON lines. "
+    parser = bundle_parser(
+        "agon predict",
+        "Run a bundle's two-stage cascade over a problem file or Hub dataset; write JSON lines. "
         "(`agon predict --config CONFIG ...` runs LightningCLI's predict instead.)",
     )
-    parser.add_argument("--bundle", required=True, help="bundle directory (alpha/, beta/, agon.json)")
     parser.add_argument(
         "--input", required=True, help=".jsonl/.json/.parquet file, a folder of them, or a Hub id"
     )
@@ -215,11 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--split", default="train", help="Hub dataset split")
     parser.add_argument("--subset", default=None, help="Hub dataset configuration name")
-    parser.add_argument("--base-model", default=None, help="load the base from here instead of agon.json's")
     parser.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)"
     )
-    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--seed", type=int, default=0, help="torch seed for sampling (k > 1)")
     parser.add_argument(
         "--backend",

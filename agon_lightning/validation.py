@@ -16,18 +16,15 @@ comparisons between runs.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
-from agon_lightning.cascade import challenge_prompts
+from agon_lightning.pipeline import MixedPlayer, challenge_prompts
 from agon_lightning.rollout import RolloutBatch
 from agon_lightning.types import Problem, Verdict
-
-if TYPE_CHECKING:
-    from agon_lightning.module import AgonModule
 
 ADAPTER_KEY = {"alpha": "a", "beta": "b"}
 SPLIT = "split"  # Problem.metadata key naming a held-out split; absent: the main one
@@ -96,7 +93,7 @@ class CascadeEvaluator(nn.Module):
             self._splits.add(split)
 
     def _generate(
-        self, module: AgonModule, jobs: list[tuple[str, str, list[str]]], problems: list[Problem]
+        self, module: MixedPlayer, jobs: list[tuple[str, str, list[str]]], problems: list[Problem]
     ) -> dict[str, tuple[RolloutBatch, list[Verdict]]]:
         """Run every ``(key, adapter, prompts)`` job in one mixed-adapter generate; score each key."""
         adapters = [None if adapter == "base" else adapter for _, adapter, prompts in jobs for _ in prompts]
@@ -110,7 +107,7 @@ class CascadeEvaluator(nn.Module):
         return results
 
     @torch.no_grad()
-    def update(self, module: AgonModule, problems: list[Problem]) -> None:
+    def update(self, module: MixedPlayer, problems: list[Problem]) -> None:
         # Two generate calls per batch, whatever the number of policies: every policy drafts in
         # one, every cascade answers in the other (one adapter per row).
         prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
@@ -149,7 +146,7 @@ class CascadeEvaluator(nn.Module):
         self.last_outcomes, self.outcomes = self.outcomes, []
         return out
 
-    def run(self, module: AgonModule, batches: Iterable[list[Problem]]) -> dict[str, float]:
+    def run(self, module: MixedPlayer, batches: Iterable[list[Problem]]) -> dict[str, float]:
         for batch in batches:
             self.update(module, batch)
         return self.compute()

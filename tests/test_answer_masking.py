@@ -79,7 +79,7 @@ def test_the_training_pipeline_shows_the_challenger_no_answer():
     """The second stage's input as training builds it (``challenge_prompts``), from drafts that restate answers."""
     from types import SimpleNamespace
 
-    from agon_lightning.cascade import challenge_prompts
+    from agon_lightning.pipeline import challenge_prompts
     from agon_lightning.prompts import Prompts
     from agon_lightning.text import extract_answer
 

@@ -10,12 +10,13 @@ import torch
 from conftest import build_char_tokenizer, build_tiny_model
 from lightning.pytorch.loggers import CSVLogger
 
-from agon_lightning.bundle import save_bundle
-from agon_lightning.cascade import Cascade, canonical_base, majority_vote
+from agon_lightning.bundle import canonical_base, save_bundle
+from agon_lightning.cascade import Cascade
 from agon_lightning.cli import main
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.module import AgonModule, GRPOOptions
+from agon_lightning.pipeline import majority_vote
 from agon_lightning.policy import LoraOptions
 from agon_lightning.rollout import HFRollout
 from agon_lightning.types import Problem, Verdict

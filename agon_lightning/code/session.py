@@ -22,12 +22,18 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agon_lightning.code.launcher import kill, receive
 
-if TYPE_CHECKING:
-    from agon_lightning.code.sandbox import Sandbox
+
+class Host(Protocol):
+    """What a session needs of the sandbox that opens it (:class:`~agon_lightning.code.sandbox.Sandbox`)."""
+
+    config: Any  # a SandboxConfig: limits, namespaces, temporary directory
+    interpreter: str
+    drop_privileges: bool
+
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # The program runs under ``python -I -S``: no site-packages, no environment, fast start-up.
@@ -121,7 +127,7 @@ def exposure_plan(interpreter: str, run_dir: str) -> dict[str, str] | None:
 class Session:
     """One program, one launcher, one slot and uid: run it on input after input. Use :meth:`Sandbox.session`."""
 
-    def __init__(self, sandbox: Sandbox, source: str, time_limit: float, memory_bytes: int, uid: int) -> None:
+    def __init__(self, sandbox: Host, source: str, time_limit: float, memory_bytes: int, uid: int) -> None:
         cfg = sandbox.config
         self.config, self.time_limit = cfg, time_limit
         self.run_dir = tempfile.mkdtemp(prefix="agon-sandbox-", dir=cfg.tmp_dir)
@@ -133,7 +139,7 @@ class Session:
             self.close()
             raise
 
-    def _start(self, sandbox: Sandbox, source: str, memory_bytes: int, uid: int) -> None:
+    def _start(self, sandbox: Host, source: str, memory_bytes: int, uid: int) -> None:
         cfg, run_dir = self.config, self.run_dir
         os.chmod(run_dir, 0o711)  # the program may cross it to reach its workdir, not list it
         workdir = os.path.join(run_dir, "work")

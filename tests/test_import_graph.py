@@ -1,0 +1,75 @@
+"""The package's modules import each other without a circle.
+
+Module-level imports count, including those under ``if TYPE_CHECKING:`` (a circle there is
+still two modules that each need the other to be read); imports inside functions are the
+deliberate lazy ones (optional packages, plugins) and do not.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import agon_lightning
+
+ROOT = Path(agon_lightning.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = ("agon_lightning", *path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(tree: ast.Module, known: set[str]) -> set[str]:
+    """Package modules imported at module level (``from pkg import mod`` counts ``pkg.mod``)."""
+    found = set()
+    for node in tree.body:
+        for stmt in node.body if isinstance(node, ast.If) else [node]:
+            if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0:
+                found.add(stmt.module)
+                found.update(f"{stmt.module}.{alias.name}" for alias in stmt.names)
+            elif isinstance(stmt, ast.Import):
+                found.update(alias.name for alias in stmt.names)
+    return found & known
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in ROOT.rglob("*.py")}
+    known = set(files)
+    return {name: top_level_imports(ast.parse(p.read_text()), known) - {name} for name, p in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path ``[a, b, ..., a]``, or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return path[path.index(dep) :] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle_through_a_type_checking_import():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n")
+    assert top_level_imports(tree, {"pkg.a", "pkg.b"}) == {"pkg.a"}
+    assert find_cycle({"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}}) == ["pkg.a", "pkg.b", "pkg.a"]
+    assert find_cycle({"pkg.a": {"pkg.b"}, "pkg.b": set()}) is None
+
+
+def test_no_module_of_the_package_imports_itself_back():
+    graph = import_graph()
+    assert {"agon_lightning.module", "agon_lightning.validation", "agon_lightning.pipeline"} <= set(graph)
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
