@@ -232,7 +232,11 @@ class VLLMRollout(Rollout):
         )  # fmt: skip
         if self.kv_cache_memory_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_memory_gib * 2**30)
+        set_num_threads = torch.set_num_threads
         self._llm = vllm.LLM(**kwargs)
+        # An in-process CPU worker replaces torch.set_num_threads with a no-op that warns; the
+        # training process's thread count stays the user's (``--threads``), so give it back.
+        torch.set_num_threads = set_num_threads
         self._base = path
         root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         self._dir = Path(tempfile.mkdtemp(prefix="agon-vllm-lora-", dir=root))

@@ -305,3 +305,16 @@ def test_lora_rank_bound_is_the_smallest_vllm_accepts():
 def test_tis_needs_a_backend_that_reports_logprobs():
     with pytest.raises(ValueError, match="grpo.tis_cap=2.0 .*HFRollout.*--model.rollout=vllm"):
         AgonModule(grpo=GRPOOptions(tis_cap=2.0), rollout=HFRollout())
+
+
+@needs_vllm
+def test_the_engine_leaves_torch_thread_control_to_the_trainer(module):
+    import torch
+
+    assert module.rollout._llm is not None  # the fixture's step started the engine in this process
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(before + 1)
+        assert torch.get_num_threads() == before + 1
+    finally:
+        torch.set_num_threads(before)
