@@ -35,6 +35,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/gpu_vllm.json"))
     args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("gpu_vllm.py measures GPU step times and needs a CUDA GPU; on a CPU run "
+                 "python -m benchmarks.bench_rollout_backends")  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="agon-gpu-vllm-"))
     model_dir = work / "qwen3-0.6b-random"
     build_model(model_dir)
