@@ -37,6 +37,8 @@ from benchmarks.common import (
     spawn,
     work_config,
     worker_main,
+    workload_of,
+    workload_parser,
     write_json,
 )
 
@@ -70,9 +72,7 @@ def adapter_share(config: Any, rank: int, targets: list[str] = LORA_TARGETS) -> 
 
 
 def measured(cli: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
-    work = Workload(
-        prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, steps=cli.steps
-    )
+    work = workload_of(cli)
     double = Workload(**{**work.__dict__, "generations": 2 * work.generations})
     configs = [
         ("grpo", work, "strip_trace", "GRPO, N"),
@@ -139,12 +139,9 @@ def counted(cli: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=1, help="measured steps per run (after one warm-up)")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser = workload_parser(
+        __doc__, rounds=2, rounds_help="runs per row", steps=1, prompts=4, max_new_tokens=64
+    )
     parser.add_argument("--rank", type=int, default=16)
     cli = parser.parse_args()
     count_table, count_records = counted(cli)

@@ -14,7 +14,6 @@ the second policy) and ``strip_trace`` (the shipped default; an untrained model 
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,8 @@ from benchmarks.common import (
     work_config,
     worker_main,
     workload_from,
+    workload_of,
+    workload_parser,
     write_json,
 )
 
@@ -77,20 +78,13 @@ def per_token(result: dict[str, Any], key: str = "step_s") -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="GRPO/Agon pairs per summarizer")
-    parser.add_argument("--steps", type=int, default=4, help="measured steps per run (after one warm-up)")
-    parser.add_argument("--prompts", type=int, default=2)
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser = workload_parser(__doc__, rounds=3, rounds_help="GRPO/Agon pairs per summarizer")
     parser.add_argument("--summarizers", nargs="+", default=list(SUMMARIZERS), choices=SUMMARIZERS)
     parser.add_argument(
         "--val-problems", type=int, default=16, help="problems in the validation-drafts check"
     )
     cli = parser.parse_args()
-    work = Workload(
-        prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, steps=cli.steps
-    )
+    work = workload_of(cli)
     rows, records = [], []
     with tempfile.TemporaryDirectory() as root:
         model_dir = build_model_dir(Path(root), work)

@@ -11,7 +11,6 @@ Fresh process per run, configurations interleaved, repeated.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,6 @@ from typing import Any
 
 from benchmarks.common import (
     SUMMARIZERS,
-    Workload,
     build_model_dir,
     median,
     ours_worker,
@@ -27,6 +25,8 @@ from benchmarks.common import (
     spawn,
     work_config,
     worker_main,
+    workload_of,
+    workload_parser,
     write_json,
 )
 
@@ -34,18 +34,11 @@ MODULE = "benchmarks.bench_scaling"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = workload_parser(__doc__, rounds=2, rounds_help="runs of every shape", steps=3)
     parser.add_argument("--game", choices=["agon", "grpo"], default="agon")
     parser.add_argument("--summarizer", choices=SUMMARIZERS, default="strip_trace")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=3, help="measured steps per run (after one warm-up)")
-    parser.add_argument("--prompts", type=int, default=2)
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
     cli = parser.parse_args()
-    base = Workload(
-        prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, steps=cli.steps
-    )
+    base = workload_of(cli)
     variants = {
         "base": base,
         "N × 2": replace(base, generations=2 * base.generations),

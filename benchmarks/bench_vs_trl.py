@@ -14,7 +14,6 @@ Needs the benchmark extra: ``pip install -e ".[bench]"``.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,8 @@ from benchmarks.common import (
     work_config,
     worker_main,
     workload_from,
+    workload_of,
+    workload_parser,
     write_json,
 )
 
@@ -105,21 +106,13 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="ours/TRL pairs per β")
-    parser.add_argument("--steps", type=int, default=4, help="measured steps per run (after one warm-up)")
+    parser = workload_parser(__doc__, rounds=3, rounds_help="ours/TRL pairs per β")
     parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.04])
-    parser.add_argument("--prompts", type=int, default=2)
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
     cli = parser.parse_args()
     rows, records = [], []
     with tempfile.TemporaryDirectory() as root:
         for beta in cli.betas:
-            work = Workload(
-                prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens,
-                kl_beta=beta, steps=cli.steps,
-            )  # fmt: skip
+            work = workload_of(cli, kl_beta=beta)
             model_dir = build_model_dir(Path(root), work)
             runs: dict[str, list[dict[str, Any]]] = {"ours": [], "trl": []}
             for _ in range(cli.rounds):

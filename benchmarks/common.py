@@ -9,6 +9,7 @@ implementation generates and trains on exactly the same number of tokens.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -310,6 +311,30 @@ def spawn(module: str, config: dict[str, Any], timeout: float = 600) -> dict[str
             f"worker {module} failed on {config} (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
         )
     return json.loads(lines[-1][len("RESULT ") :])
+
+
+def workload_parser(
+    doc: str, rounds: int, rounds_help: str, steps: int = 4, prompts: int = 2, max_new_tokens: int = 32
+) -> argparse.ArgumentParser:
+    """A benchmark's parser with the workload's options (``--rounds``, ``--steps``, P, N, T); add its own."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    parser.add_argument("--steps", type=int, default=steps, help="measured steps per run (after one warm-up)")
+    parser.add_argument("--prompts", type=int, default=prompts, help="P, problems per step")
+    parser.add_argument("--generations", type=int, default=4, help="N, rollouts per problem")
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="T, tokens per completion")
+    return parser
+
+
+def workload_of(cli: argparse.Namespace, **extra: Any) -> Workload:
+    """The :class:`Workload` a :func:`workload_parser` command line asks for (``extra``: other fields)."""
+    return Workload(
+        prompts=cli.prompts,
+        generations=cli.generations,
+        max_new_tokens=cli.max_new_tokens,
+        steps=cli.steps,
+        **extra,
+    )
 
 
 def workload_from(config: dict[str, Any]) -> Workload:
