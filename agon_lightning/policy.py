@@ -18,7 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from agon_lightning.fast_lora import install, merged_for_sampling
 from agon_lightning.grpo import LogitHead
+from agon_lightning.shared_prompt import grouped_hidden_states, prompt_groups, shares_prompts
 
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
@@ -90,7 +92,7 @@ def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Modu
 
 
 def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) -> nn.Module:
-    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name."""
+    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name (LoRA layers on the fused forward)."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if opts.init_from:
@@ -105,6 +107,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
         )
         for name in names[1:]:
             model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
+        install(model)
         return model
     config = LoraConfig(
         r=opts.r,
@@ -122,6 +125,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
             if ".lora_B.beta." in pname:
                 noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
                 param.data.copy_(noise.to(param.dtype))
+    install(model)
     return model
 
 
@@ -234,16 +238,20 @@ def completion_hidden_states(
 
     Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
     position ids from the attention mask exactly as ``generate`` computes them under left
-    padding, so the recomputed log-probs match the sampling pass.
+    padding, so the recomputed log-probs match the sampling pass. Rows that share a prompt (a
+    GRPO group) run it once (:mod:`agon_lightning.shared_prompt`).
     """
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
     decoder = model.get_base_model().get_decoder()
+    prompt_len = prompt_ids.shape[1]
+    counts = prompt_groups(prompt_ids, prompt_mask)
+    if counts is not None and shares_prompts(decoder):  # a GRPO group: its prompt runs once
+        return grouped_hidden_states(decoder, ids, attn, positions, prompt_len, counts)
     hidden = decoder(
         input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
     ).last_hidden_state
-    prompt_len = prompt_ids.shape[1]
     return hidden[:, prompt_len - 1 : -1]  # [B, T, H]
 
 
@@ -291,11 +299,15 @@ def sample_with(
 ) -> Any:
     """Sample with ``adapter`` active (``None`` = the base, adapters disabled), in eval mode.
 
-    The one sampling path of training, validation and the deployed cascade.
+    The one sampling path of training, validation and the deployed cascade. With the rollout's
+    ``merge_adapter`` on, the adapter is merged into a copy of each adapted weight while sampling
+    (:func:`agon_lightning.fast_lora.merged_for_sampling`).
     """
     with generating(model):
         if adapter is None:
             with base_only(model, trainable):
                 return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
         activate(model, adapter, trainable or [])
-        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+        merge = adapter if getattr(rollout, "merge_adapter", False) else None
+        with merged_for_sampling(model, merge):
+            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

@@ -105,6 +105,9 @@ class HFRollout(Rollout):
         top_p: Nucleus sampling mass.
         top_k: Top-k cutoff (0 = off).
         max_batch_size: Most sequences per ``generate`` call (0 = all at once).
+        merge_adapter: Sample with the active adapter merged into a copy of each adapted weight
+            (one matmul per projection instead of three; the copy lives while sampling; not with
+            sharded weights, see :mod:`agon_lightning.fast_lora`).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class HFRollout(Rollout):
         top_p: float = 1.0,
         top_k: int = 0,
         max_batch_size: int = 0,
+        merge_adapter: bool = True,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -130,6 +134,7 @@ class HFRollout(Rollout):
         self.top_p = top_p
         self.top_k = top_k
         self.max_batch_size = max_batch_size
+        self.merge_adapter = merge_adapter
 
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
         if not prompts:

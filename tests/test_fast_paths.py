@@ -1,0 +1,136 @@
+"""The faster paths of a step give what the plain ones give: fused LoRA, merged sampling, shared prompts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build_char_tokenizer, build_tiny_model
+from torch import nn
+
+from agon_lightning import fast_lora
+from agon_lightning.policy import LoraOptions, attach_adapters, completion_hidden_states, enable_checkpointing
+from agon_lightning.shared_prompt import prompt_groups, shares_prompts
+
+LORA = LoraOptions(r=4, alpha=8, beta_init_std=0.2)
+
+
+@pytest.fixture
+def policy():
+    torch.manual_seed(0)
+    model = attach_adapters(build_tiny_model(build_char_tokenizer()), ("alpha", "beta"), LORA)
+    with torch.no_grad():  # alpha's B starts at zero: give it weight so both adapters matter
+        for name, p in model.named_parameters():
+            if ".lora_B.alpha." in name:
+                p.normal_(0, 0.2)
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_" in name)
+    return model
+
+
+def outputs_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids).logits
+    (logits * torch.linspace(-1, 1, logits.shape[-1])).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), grads
+
+
+@pytest.mark.parametrize("adapter", ["alpha", "beta"])
+def test_fused_lora_forward_matches_peft_in_values_and_gradients(policy, adapter):
+    assert len(fast_lora.lora_layers(policy)) == 2 * 7  # every targeted projection is routed
+    policy.set_adapter(adapter)
+    ids = torch.randint(0, 90, (3, 11))
+    fused, fused_grads = outputs_and_grads(policy, ids)
+    fast_lora.uninstall(policy)
+    plain, plain_grads = outputs_and_grads(policy, ids)
+    assert torch.allclose(fused, plain, atol=1e-5)
+    assert fused_grads.keys() == plain_grads.keys() and any(f".{adapter}." in n for n in plain_grads)
+    for name, g in plain_grads.items():
+        assert torch.allclose(fused_grads[name], g, atol=1e-5 * g.abs().max().item()), name
+
+
+def test_merged_sampling_never_writes_the_base_and_never_reaches_a_backward(policy):
+    policy.set_adapter("beta")
+    base = {n: p for n, p in policy.named_parameters() if "lora_" not in n}
+    before = {n: p.detach().clone() for n, p in base.items()}
+    ids = torch.randint(0, 90, (2, 9))
+    with torch.no_grad():
+        unmerged = policy(input_ids=ids).logits
+    with fast_lora.merged_for_sampling(policy, "beta") as merged:
+        assert merged
+        with torch.no_grad():
+            sampled = policy(input_ids=ids).logits
+        with_grad, grads = outputs_and_grads(policy, ids)  # autograd on: the LoRA path, not the merged copy
+    assert torch.allclose(sampled, unmerged, atol=1e-5) and not torch.equal(sampled, unmerged)
+    assert torch.equal(with_grad, unmerged)
+    assert any(".lora_B.beta." in n and g.abs().sum() > 0 for n, g in grads.items())
+    for name, p in policy.named_parameters():
+        if "lora_" not in name:
+            assert p is base[name] and torch.equal(p, before[name]), name  # bit for bit
+    assert not any("_agon_merged" in vars(m) for m in fast_lora.lora_layers(policy))
+
+
+def test_no_merge_for_the_base_nor_for_sharded_weights(policy):
+    with fast_lora.merged_for_sampling(policy, None) as merged:
+        assert not merged
+    layer = fast_lora.lora_layers(policy)[0]
+    layer.base_layer.weight = nn.Parameter(torch.empty(0), requires_grad=False)  # as ZeRO-3 leaves it
+    with pytest.warns(UserWarning, match="sharded"), fast_lora.merged_for_sampling(policy, "alpha") as merged:
+        assert not merged
+
+
+def test_prompt_groups_are_runs_of_identical_prompts():
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [0, 5, 6], [7, 5, 6], [1, 2, 3], [1, 2, 3]])
+    mask = torch.ones_like(ids)
+    assert prompt_groups(ids, mask).tolist() == [3, 1, 2]
+    assert prompt_groups(ids[2:4], mask[2:4]) is None  # no two rows share a prompt
+    mask[1, 0] = 0  # same ids, different padding: not the same prompt
+    assert prompt_groups(ids, mask).tolist() == [1, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("completion_len", [1, 6])
+def test_shared_prompt_forward_matches_the_full_forward(policy, completion_len):
+    policy.set_adapter("alpha")
+    torch.manual_seed(1)
+    prompts = torch.randint(3, 90, (3, 7))
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[1, :3] = 0  # left padding
+    counts = torch.tensor([3, 1, 2])  # uneven groups, as a micro-batch cut through a group gives
+    prompt_ids = prompts.repeat_interleave(counts, 0)
+    prompt_mask = prompt_mask.repeat_interleave(counts, 0)
+    completion = torch.randint(3, 90, (6, completion_len))
+    completion_mask = torch.ones_like(completion)
+    completion_mask[0, completion_len // 2 + 1 :] = 0  # a row that stopped early
+    weights = torch.randn(6, completion_len, 32)
+    args = (policy, prompt_ids, prompt_mask, completion, completion_mask)
+
+    def run():
+        policy.zero_grad(set_to_none=True)
+        hidden = completion_hidden_states(*args)
+        (hidden * weights).sum().backward()
+        return hidden.detach(), {
+            n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None
+        }
+
+    assert shares_prompts(policy.get_base_model().get_decoder())
+    shared, shared_grads = run()
+    import agon_lightning.policy as policy_module
+
+    original = policy_module.prompt_groups
+    policy_module.prompt_groups = lambda *a: None  # every row for itself
+    try:
+        full, full_grads = run()
+    finally:
+        policy_module.prompt_groups = original
+    assert shared.shape == (6, completion_len, 32)
+    assert torch.allclose(shared, full, atol=1e-5)
+    assert shared_grads.keys() == full_grads.keys() and full_grads
+    for name, g in full_grads.items():
+        assert torch.allclose(shared_grads[name], g, atol=1e-5 * g.abs().max().item()), name
+
+
+def test_checkpointing_turns_prompt_sharing_off(policy):
+    decoder = policy.get_base_model().get_decoder()
+    assert shares_prompts(decoder)
+    enable_checkpointing(policy)
+    assert not shares_prompts(decoder)
