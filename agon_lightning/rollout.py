@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+
 
 @dataclass
 class RolloutBatch:
@@ -166,9 +168,9 @@ class HFRollout(Rollout):
         for start in range(0, ids.shape[0], step):
             if rows is not None:
                 kwargs["adapter_names"] = rows[start : start + step]
-            out = model.generate(
-                input_ids=ids[start : start + step], attention_mask=attn[start : start + step], **kwargs
-            )
+            chunk_ids, chunk_attn = ids[start : start + step], attn[start : start + step]
+            shared = self._shared_prefill(model, chunk_ids, chunk_attn) if rows is None else {}
+            out = model.generate(input_ids=chunk_ids, attention_mask=chunk_attn, **kwargs, **shared)
             pieces.append(out[:, ids.shape[1] :])
         width = max(p.shape[1] for p in pieces)
         completion = torch.cat(
@@ -182,3 +184,19 @@ class HFRollout(Rollout):
         completion = completion.masked_fill(mask == 0, tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
         return RolloutBatch(ids, attn, completion, mask, texts, mask.sum(dim=1), truncated)
+
+    @staticmethod
+    def _shared_prefill(model: Any, ids: Tensor, attn: Tensor) -> dict[str, Any]:
+        """``generate``'s cache argument holding one prefill per distinct prompt, repeated; ``{}`` if none.
+
+        All but each prompt's last token are prefilled (``generate`` needs one uncached token),
+        with the position ids ``generate`` itself gives a left-padded prompt.
+        """
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+        counts = prompt_groups(ids, attn) if ids.shape[1] > 1 else None
+        if counts is None or decoder is None or not plain_cache(decoder):
+            return {}
+        positions = (attn.long().cumsum(-1) - 1).masked_fill(attn == 0, 1)
+        _, cache = prompt_cache(decoder, ids[:, :-1], attn[:, :-1], positions[:, :-1], counts)
+        return {cache_argument(decoder): cache}

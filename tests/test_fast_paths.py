@@ -8,7 +8,14 @@ from conftest import build_char_tokenizer, build_tiny_model
 from torch import nn
 
 from agon_lightning import fast_lora
-from agon_lightning.policy import LoraOptions, attach_adapters, completion_hidden_states, enable_checkpointing
+from agon_lightning.policy import (
+    LoraOptions,
+    attach_adapters,
+    completion_hidden_states,
+    enable_checkpointing,
+    generating,
+)
+from agon_lightning.rollout import HFRollout
 from agon_lightning.shared_prompt import prompt_groups, shares_prompts
 
 LORA = LoraOptions(r=4, alpha=8, beta_init_std=0.2)
@@ -134,3 +141,30 @@ def test_checkpointing_turns_prompt_sharing_off(policy):
     assert shares_prompts(decoder)
     enable_checkpointing(policy)
     assert not shares_prompts(decoder)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_one_prefill_per_prompt_samples_what_a_prefill_per_row_samples(policy, greedy, monkeypatch):
+    tokenizer = build_char_tokenizer()
+    tokenizer.padding_side = "left"
+    rollout = HFRollout(max_new_tokens=8, max_batch_size=6)  # chunks of 6 rows cut through a group of 4
+    prompts = ["12+30=", "7+8=", "100-1="]  # different lengths: left padding
+    policy.set_adapter("beta")
+
+    def sample():
+        torch.manual_seed(3)
+        with generating(policy):
+            return rollout.generate(policy, tokenizer, prompts, 4, greedy)
+
+    calls = []
+    original = HFRollout._shared_prefill
+    monkeypatch.setattr(
+        HFRollout, "_shared_prefill", staticmethod(lambda *a: calls.append(1) or original(*a))
+    )
+    shared = sample()
+    with torch.no_grad():  # both chunks (6 rows each) had prompts to share
+        assert len(calls) == 2 and all(original(policy, shared.prompt_ids[i : i + 6], shared.prompt_mask[i : i + 6]) for i in (0, 6))  # fmt: skip
+    monkeypatch.setattr(HFRollout, "_shared_prefill", staticmethod(lambda *a: {}))
+    per_row = sample()
+    assert shared.texts == per_row.texts and torch.equal(shared.completion_ids, per_row.completion_ids)
+    assert len(set(shared.texts)) > 1
