@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from agon_lightning.fast_lora import install, merged_for_sampling
 from agon_lightning.grpo import LogitHead
-from agon_lightning.shared_prompt import grouped_hidden_states, prompt_groups, shares_prompts
+from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
 
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
@@ -232,27 +232,41 @@ def generating(model: nn.Module) -> Iterator[None]:
 
 
 def completion_hidden_states(
-    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    groups: Tensor | None = None,
 ) -> Tensor:
     """Final hidden states at the positions that predict each completion token: ``[B, T, H]``.
 
     Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
     position ids from the attention mask exactly as ``generate`` computes them under left
-    padding, so the recomputed log-probs match the sampling pass. Rows that share a prompt (a
-    GRPO group) run it once (:mod:`agon_lightning.shared_prompt`).
+    padding, so the recomputed log-probs match the sampling pass. The leading prompt tokens
+    that the rows of a group share run once for the group (:mod:`agon_lightning.shared_prompt`):
+    a GRPO group's whole prompt, or the problem that precedes each challenger's draft summary.
+
+    Args:
+        groups: ``[G]`` consecutive rows per group (e.g. from
+            :func:`~agon_lightning.shared_prompt.sample_groups`); ``None``: runs of identical prompts.
     """
+    decoder = model.get_base_model().get_decoder()
+    counts = prompt_groups(prompt_ids, prompt_mask) if groups is None else groups
+    prefixes = None
+    if counts is not None and shares_prompts(decoder):
+        prefixes = shared_prefixes(prompt_ids, prompt_mask, counts)
+    if prefixes is not None:
+        return prefix_hidden_states(
+            decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, *prefixes, counts
+        )
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    decoder = model.get_base_model().get_decoder()
-    prompt_len = prompt_ids.shape[1]
-    counts = prompt_groups(prompt_ids, prompt_mask)
-    if counts is not None and shares_prompts(decoder):  # a GRPO group: its prompt runs once
-        return grouped_hidden_states(decoder, ids, attn, positions, prompt_len, counts)
     hidden = decoder(
         input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
     ).last_hidden_state
-    return hidden[:, prompt_len - 1 : -1]  # [B, T, H]
+    return hidden[:, prompt_ids.shape[1] - 1 : -1]  # [B, T, H]
 
 
 def output_weight(model: nn.Module) -> Tensor:

@@ -1,13 +1,14 @@
-"""One forward of a prompt for all the completions sampled from it.
+"""One forward of the prompt tokens that the rows of a group share.
 
 A GRPO group is N completions of the same prompt, so the update's forward over
-``prompt + completion`` runs the same prompt N times. Here each distinct prompt runs once
-(with autograd: the adapter shapes its keys and values too), its key/value cache is
-repeated for the rows that share it, and the completions run on top of that cache. The
-repeat is an ``index_select`` whose backward sums the N rows' gradients into the one
-prompt forward, so values and gradients are those of the full forward (to float rounding)
-at ``(N-1)/N`` less prompt work. Rows whose prompts differ (the challenger's, which each
-read a different draft) simply form groups of one.
+``prompt + completion`` runs the same prompt N times; the challenger's N prompts of one
+problem differ only after the problem (each reads a different draft), so they repeat the
+problem N times. Here each group's shared leading tokens run once (with autograd: the adapter
+shapes their keys and values too), the key/value cache is repeated for the rows that share
+it, and each row's own rest of the prompt and its completion run on top of that cache. The
+repeat is an ``index_select`` whose backward sums the N rows' gradients into the one prefix
+forward, so values and gradients are those of the full forward (to float rounding) at
+``(N-1)/N`` less work on the shared tokens.
 
 Sampling N completions per prompt has the same waste in its prefill: ``HFRollout`` builds the
 cache of each distinct prompt (all but its last token) once with :func:`prompt_cache` and
@@ -35,6 +36,12 @@ def prompt_groups(prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor | None:
     )
     ends = torch.cat([starts[1:], torch.tensor([prompt_ids.shape[0]], device=same.device)])
     return ends - starts
+
+
+def sample_groups(rows: slice, total: int, size: int) -> Tensor:
+    """Sizes ``[G]`` of the GRPO groups (``size`` consecutive rows of a ``total``-row batch) that ``rows`` cuts."""
+    index = torch.arange(rows.start or 0, min(rows.stop if rows.stop is not None else total, total))
+    return torch.unique_consecutive(index // size, return_counts=True)[1]
 
 
 def plain_cache(decoder: Any) -> bool:
@@ -91,25 +98,81 @@ def prompt_cache(
     return hidden, cache
 
 
-def grouped_hidden_states(
-    decoder: Any, ids: Tensor, attn: Tensor, positions: Tensor, prompt_len: int, counts: Tensor
+def _left_padded(tokens: Tensor, start: Tensor, length: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """``(ids, mask) [B, width]``: row ``i`` holds ``tokens[i, start_i : start_i + length_i]``, left-padded."""
+    cols = torch.arange(width, device=tokens.device)  # [width]
+    pad = (width - length).unsqueeze(1)  # [B, 1]
+    mask = cols >= pad  # [B, width]
+    src = (start.unsqueeze(1) + cols - pad).clamp(0, max(tokens.shape[1] - 1, 0))
+    return tokens.gather(1, src).masked_fill(~mask, 0), mask.long()
+
+
+def shared_prefixes(prompt_ids: Tensor, prompt_mask: Tensor, counts: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``(aligned [B, P], shared [B])``: each row's prompt left-aligned, and how many leading tokens its group shares.
+
+    A group's shared prefix is the longest run of leading tokens common to all its rows, less
+    one where that is a whole prompt (the last prompt token runs per row: its state predicts
+    the first completion token). ``None`` when a prompt is not left-padded, or when sharing
+    would save nothing.
+
+    Args:
+        prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts.
+        counts: ``[G]`` consecutive rows per group (e.g. a GRPO group: N samples of one problem).
+    """
+    device, width = prompt_ids.device, prompt_ids.shape[1]
+    lengths = prompt_mask.sum(dim=1)  # [B]
+    cols = torch.arange(width, device=device)
+    if not torch.equal(prompt_mask.bool(), cols >= (width - lengths).unsqueeze(1)):
+        return None
+    valid = cols < lengths.unsqueeze(1)  # [B, P]
+    src = (width - lengths.unsqueeze(1) + cols).clamp(max=width - 1)
+    aligned = prompt_ids.gather(1, src).masked_fill(~valid, 0)  # [B, P]: real tokens first
+    rows = torch.repeat_interleave(torch.arange(len(counts), device=device), counts.to(device))  # [B]
+    first = (torch.cumsum(counts, 0) - counts).to(device)[rows]  # [B]: the first row of each row's group
+    same = (aligned == aligned[first]) & valid & valid[first]  # [B, P]
+    common = same.long().cumprod(dim=1).sum(dim=1)  # [B] leading tokens shared with the group's first row
+    shared = torch.full((len(counts),), width, dtype=torch.long, device=device)
+    shared = shared.scatter_reduce(0, rows, torch.minimum(common, (lengths - 1).clamp(min=0)), reduce="amin")[
+        rows
+    ]  # [B]
+    saved = shared.masked_fill(first == torch.arange(len(rows), device=device), 0).sum()
+    return (aligned, shared) if int(saved) > 0 else None
+
+
+def prefix_hidden_states(
+    decoder: Any,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    aligned: Tensor,
+    shared: Tensor,
+    counts: Tensor,
 ) -> Tensor:
-    """Final hidden states ``[B, T, H]`` at the positions predicting each completion token.
+    """Final hidden states ``[B, T, H]`` predicting each completion token, each group's prefix run once.
+
+    The rows are laid out as ``[shared prefix | rest of the prompt | completion]``, each block
+    left-padded on its own: padding in the middle of a row is masked like padding at its start,
+    and the position ids (from the mask) are those of the plain left-padded row.
 
     Args:
         decoder: The base model's decoder (adapters active as the caller set them).
-        ids, attn, positions: ``[B, P + T]`` prompt + completion ids, mask and position ids.
-        prompt_len: P.
-        counts: ``[G]`` rows per distinct prompt (consecutive), from :func:`prompt_groups`.
+        prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts.
+        completion_ids, completion_mask: ``[B, T]`` completions.
+        aligned, shared: From :func:`shared_prefixes`.
+        counts: ``[G]`` consecutive rows per group, as given to :func:`shared_prefixes`.
     """
-    p = prompt_len
-    prefix, cache = prompt_cache(decoder, ids[:, :p], attn[:, :p], positions[:, :p], counts)
-    rows = torch.repeat_interleave(torch.arange(len(counts), device=ids.device), counts.to(ids.device))  # [B]
-    last = prefix[:, -1:].index_select(0, rows)  # [B, 1, H]: predicts the first completion token
-    if ids.shape[1] - p == 1:
-        return last
-    rest = decoder(
-        input_ids=ids[:, p:-1], attention_mask=attn[:, :-1], position_ids=positions[:, p:-1], use_cache=True,
-        **{cache_argument(decoder): cache},
-    ).last_hidden_state  # [B, T - 1, H]  # fmt: skip
-    return torch.cat([last, rest], dim=1)
+    lengths = prompt_mask.sum(dim=1)
+    zeros = torch.zeros_like(shared)
+    prefix, prefix_mask = _left_padded(aligned, zeros, shared, int(shared.max()))  # [B, C]
+    rest, rest_mask = _left_padded(aligned, shared, lengths - shared, int((lengths - shared).max()))  # [B, R]
+    prefix_positions = (prefix_mask.cumsum(dim=1) - 1).clamp(min=0)
+    _, cache = prompt_cache(decoder, prefix, prefix_mask, prefix_positions, counts)
+    attn = torch.cat([prefix_mask, rest_mask, completion_mask], dim=1)  # [B, C + R + T]
+    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    c, r = prefix.shape[1], rest.shape[1]
+    hidden = decoder(
+        input_ids=torch.cat([rest, completion_ids], dim=1)[:, :-1], attention_mask=attn[:, :-1],
+        position_ids=positions[:, c:-1], use_cache=True, **{cache_argument(decoder): cache},
+    ).last_hidden_state  # [B, R + T - 1, H]  # fmt: skip
+    return hidden[:, r - 1 :]

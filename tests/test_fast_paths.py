@@ -16,7 +16,7 @@ from agon_lightning.policy import (
     generating,
 )
 from agon_lightning.rollout import HFRollout
-from agon_lightning.shared_prompt import prompt_groups, shares_prompts
+from agon_lightning.shared_prompt import prompt_groups, sample_groups, shared_prefixes, shares_prompts
 
 LORA = LoraOptions(r=4, alpha=8, beta_init_std=0.2)
 
@@ -134,6 +134,60 @@ def test_shared_prompt_forward_matches_the_full_forward(policy, completion_len):
     assert shared_grads.keys() == full_grads.keys() and full_grads
     for name, g in full_grads.items():
         assert torch.allclose(shared_grads[name], g, atol=1e-5 * g.abs().max().item()), name
+
+
+def hidden_and_grads(policy, args, weights):
+    policy.zero_grad(set_to_none=True)
+    hidden = completion_hidden_states(*args)
+    (hidden * weights).sum().backward()
+    return hidden.detach(), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+
+
+def left_pad(rows, width):
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :], mask[i, width - len(row) :] = torch.tensor(row), 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("completion_len", [1, 5])
+def test_a_shared_prefix_runs_once_and_matches_the_full_forward(policy, completion_len):
+    """Challenger-like prompts: a group shares the problem, then each row reads its own draft."""
+    policy.set_adapter("beta")
+    torch.manual_seed(2)
+    problems = [torch.randint(3, 90, (n,)).tolist() for n in (6, 4)]
+    rows = [problems[0] + torch.randint(3, 90, (k,)).tolist() for k in (3, 1, 5)]
+    rows += [problems[1] + torch.randint(3, 90, (k,)).tolist() for k in (2, 2)] + [[7, 8, 9]]
+    prompt_ids, prompt_mask = left_pad(rows, 12)
+    groups = torch.tensor([3, 2, 1])
+    aligned, shared = shared_prefixes(prompt_ids, prompt_mask, groups)
+    assert shared.tolist() == [6, 6, 6, 4, 4, 2]  # the problem; a lone row: all but its last token
+    assert torch.equal(aligned[:, :3], torch.tensor([r[:3] for r in rows]))
+    completion = torch.randint(3, 90, (6, completion_len))
+    completion_mask = torch.ones_like(completion)
+    completion_mask[2, completion_len // 2 + 1 :] = 0
+    weights = torch.randn(6, completion_len, 32)
+    args = (policy, prompt_ids, prompt_mask, completion, completion_mask)
+    shared_hidden, shared_grads = hidden_and_grads(policy, (*args, groups), weights)
+    full, full_grads = hidden_and_grads(policy, (*args, torch.ones(6, dtype=torch.long)), weights)
+    assert shared_prefixes(prompt_ids, prompt_mask, torch.ones(6, dtype=torch.long)) is None  # nothing shared
+    assert torch.allclose(shared_hidden, full, atol=1e-5)
+    assert shared_grads.keys() == full_grads.keys() and full_grads
+    for name, g in full_grads.items():
+        assert torch.allclose(shared_grads[name], g, atol=1e-5 * g.abs().max().item()), name
+
+
+def test_sample_groups_follow_grpo_groups_through_micro_batches():
+    assert sample_groups(slice(0, 8), 8, 4).tolist() == [4, 4]
+    assert sample_groups(slice(3, 9), 12, 4).tolist() == [1, 4, 1]  # a micro-batch cutting two groups
+    assert sample_groups(slice(8, 14), 12, 4).tolist() == [4]
+
+
+def test_prompts_not_left_padded_are_not_shared():
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])  # right padding
+    assert shared_prefixes(ids, mask, torch.tensor([2])) is None
 
 
 def test_checkpointing_turns_prompt_sharing_off(policy):
