@@ -31,8 +31,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-_MERGED = "_agon_merged"  # (adapter name, merged weight) while sampling, else absent/None
-
 
 def lora_layers(model: nn.Module) -> list[Any]:
     """PEFT's LoRA ``Linear`` layers of ``model`` (the ones :func:`install` speeds up)."""
@@ -74,9 +72,6 @@ def lora_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     peft_forward = type(self).forward
     if args or kwargs or self.disable_adapters or self.merged:
         return peft_forward(self, x, *args, **kwargs)
-    merged = getattr(self, _MERGED, None)
-    if merged is not None and not torch.is_grad_enabled() and self.active_adapters == [merged[0]]:
-        return nn.functional.linear(x, merged[1], self.base_layer.bias)
     names = [n for n in self.active_adapters if n in self.lora_A]
     base_weight = self.base_layer.weight
     if not all(_fused(self, n, x, base_weight.dtype) for n in names):
@@ -127,8 +122,31 @@ def merged_for_sampling(model: nn.Module, adapter: str | None) -> Iterator[bool]
                 a, b = m.lora_A[adapter].weight, m.lora_B[adapter].weight
                 w = m.base_layer.weight
                 merged = torch.addmm(w, b.to(w.dtype), a.to(w.dtype), alpha=m.scaling[adapter])  # [out, in]
-                setattr(m, _MERGED, (adapter, merged))
+                m.forward = _merged_forward(m, merged)
         yield True
     finally:
         for m in layers:
-            m.__dict__.pop(_MERGED, None)
+            m.forward = types.MethodType(lora_forward, m)
+
+
+def _merged_forward(layer: Any, merged: Tensor) -> Any:
+    """``layer``'s forward while sampling: one matmul with ``merged``, the LoRA path for anything else.
+
+    The merged copy serves only while autograd is off and the adapters are as they were when
+    it was made (PEFT's ``set_adapter`` and ``disable_adapter`` assign new values, so an identity
+    check sees any change); the per-call checks are plain attribute reads, no PEFT properties.
+    """
+    bias, active = layer.base_layer.bias, layer._active_adapter
+
+    def forward(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if (
+            args
+            or kwargs
+            or torch.is_grad_enabled()
+            or layer._disable_adapters
+            or layer._active_adapter is not active
+        ):
+            return lora_forward(layer, x, *args, **kwargs)
+        return nn.functional.linear(x, merged, bias)
+
+    return forward

@@ -74,7 +74,22 @@ def test_merged_sampling_never_writes_the_base_and_never_reaches_a_backward(poli
     for name, p in policy.named_parameters():
         if "lora_" not in name:
             assert p is base[name] and torch.equal(p, before[name]), name  # bit for bit
-    assert not any("_agon_merged" in vars(m) for m in fast_lora.lora_layers(policy))
+    assert all(m.forward.__func__ is fast_lora.lora_forward for m in fast_lora.lora_layers(policy))
+
+
+def test_merged_copy_is_not_used_once_the_adapters_change(policy):
+    ids = torch.randint(0, 90, (2, 9))
+    with torch.no_grad():
+        policy.set_adapter("alpha")
+        alpha = policy(input_ids=ids).logits
+        with policy.disable_adapter():
+            base = policy(input_ids=ids).logits
+        policy.set_adapter("beta")
+        with fast_lora.merged_for_sampling(policy, "beta"):
+            policy.set_adapter("alpha")
+            assert torch.equal(policy(input_ids=ids).logits, alpha)  # the LoRA path of the new adapter
+            with policy.disable_adapter():
+                assert torch.equal(policy(input_ids=ids).logits, base)
 
 
 def test_no_merge_for_the_base_nor_for_sharded_weights(policy):
