@@ -142,9 +142,11 @@ def activate(model: nn.Module, name: str, trainable: list[nn.Parameter]) -> None
 
     PEFT's ``set_adapter`` freezes the inactive adapters; both policies train every step
     (one joint backward), so their ``requires_grad`` is restored here from ``trainable``,
-    the list decided once, by adapter name, when the adapters were attached.
+    the list decided once, by adapter name, when the adapters were attached. Switching visits
+    every module of the model, so it is skipped when ``name`` is already active.
     """
-    model.set_adapter(name)
+    if model.active_adapter != name:
+        model.set_adapter(name)
     for p in trainable:
         p.requires_grad_(True)
 
