@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+_LAYERS = "_agon_lora_layers"  # install()'s layers, where they are the model's only adapter layers
+
 
 def lora_layers(model: nn.Module) -> list[Any]:
     """PEFT's LoRA ``Linear`` layers of ``model`` (the ones :func:`install` speeds up)."""
@@ -40,10 +42,20 @@ def lora_layers(model: nn.Module) -> list[Any]:
 
 
 def install(model: nn.Module) -> int:
-    """Route every LoRA ``Linear`` of ``model`` through :func:`lora_forward`; returns how many."""
+    """Route every LoRA ``Linear`` of ``model`` through :func:`lora_forward`; returns how many.
+
+    Where these are the model's only adapter layers, they are also remembered for
+    :func:`adapters_disabled`.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
     layers = lora_layers(model)
     for layer in layers:
         layer.forward = types.MethodType(lora_forward, layer)
+    kinds = (BaseTunerLayer, AuxiliaryTrainingWrapper)
+    only_lora = sum(isinstance(m, kinds) for m in model.modules()) == len(layers)
+    model.__dict__[_LAYERS] = layers if only_lora else None
     return len(layers)
 
 
@@ -51,6 +63,34 @@ def uninstall(model: nn.Module) -> None:
     """Put PEFT's own forward back on every LoRA ``Linear`` of ``model``."""
     for layer in lora_layers(model):
         layer.__dict__.pop("forward", None)
+    model.__dict__.pop(_LAYERS, None)
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[bool]:
+    """Every adapter off by each remembered layer's flag; yields ``False`` (nothing done) without them.
+
+    PEFT's ``disable_adapter()`` walks every module of the model three times (status, off, on
+    again through ``set_adapter``); on a small model that costs as much as a forward. Where
+    :func:`install` found LoRA ``Linear`` layers only, flipping their ``_disable_adapters`` flag
+    (PEFT's own per-layer switch) and the model's ``_adapters_disabled`` is the same state,
+    restored exactly on exit, with no ``requires_grad`` flag touched.
+    """
+    layers = model.__dict__.get(_LAYERS)
+    if not layers:
+        yield False
+        return
+    before = [layer._disable_adapters for layer in layers]
+    was_disabled = getattr(model, "_adapters_disabled", False)
+    try:
+        for layer in layers:
+            layer._disable_adapters = True
+        model._adapters_disabled = True
+        yield True
+    finally:
+        for layer, disabled in zip(layers, before):
+            layer._disable_adapters = disabled
+        model._adapters_disabled = was_disabled
 
 
 def _fused(layer: Any, name: str, x: Tensor, base_dtype: torch.dtype) -> bool:
@@ -70,6 +110,8 @@ def _fused(layer: Any, name: str, x: Tensor, base_dtype: torch.dtype) -> bool:
 def lora_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """``base(x) + s · B(A(dropout(x)))`` for each active adapter, the sum fused into ``addmm``."""
     peft_forward = type(self).forward
+    if self._disable_adapters and not (args or kwargs or self.merged_adapters):
+        return self.base_layer(x)  # what PEFT's forward does with adapters off and nothing merged
     if args or kwargs or self.disable_adapters or self.merged:
         return peft_forward(self, x, *args, **kwargs)
     names = [n for n in self.active_adapters if n in self.lora_A]

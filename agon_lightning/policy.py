@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from agon_lightning.fast_lora import install, merged_for_sampling
+from agon_lightning.fast_lora import adapters_disabled, install, merged_for_sampling
 from agon_lightning.grpo import LogitHead
 from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
 
@@ -158,10 +158,14 @@ def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> 
     Leaving PEFT's ``disable_adapter()`` re-activates the active adapter through
     ``set_adapter``, which sets ``requires_grad=False`` on every other adapter — and autograd
     then drops their gradients even from forwards that ran earlier in the step. So the flags
-    are put back by name on the way out.
+    are put back by name on the way out. Where the model's adapter layers are all on the fused
+    forward, they are switched off directly (:func:`~agon_lightning.fast_lora.adapters_disabled`:
+    the same state without PEFT's walks over every module).
     """
     try:
-        with model.disable_adapter():
+        with adapters_disabled(model) as done, contextlib.ExitStack() as stack:
+            if not done:  # adapter layers other than fast_lora's: PEFT's own switch
+                stack.enter_context(model.disable_adapter())
             yield
     finally:
         for p in trainable or []:

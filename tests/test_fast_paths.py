@@ -92,6 +92,32 @@ def test_merged_copy_is_not_used_once_the_adapters_change(policy):
                 assert torch.equal(policy(input_ids=ids).logits, base)
 
 
+def test_base_only_without_peft_walks_gives_the_base_and_restores_every_flag(policy):
+    from agon_lightning.policy import base_only
+
+    policy.set_adapter("beta")
+    trainable = [p for n, p in policy.named_parameters() if "lora_" in n]
+    ids = torch.randint(0, 90, (2, 9))
+    with torch.no_grad():
+        adapted = policy(input_ids=ids).logits
+        with policy.disable_adapter():
+            base = policy(input_ids=ids).logits
+        with fast_lora.adapters_disabled(policy) as fast:
+            assert fast and policy._adapters_disabled
+            assert torch.equal(policy(input_ids=ids).logits, base)
+        with base_only(policy, trainable):
+            assert torch.equal(policy(input_ids=ids).logits, base)
+        assert torch.equal(policy(input_ids=ids).logits, adapted)
+    assert not policy._adapters_disabled and policy.active_adapter == "beta"
+    assert not any(m._disable_adapters for m in fast_lora.lora_layers(policy))
+    assert all(p.requires_grad for p in trainable)
+    fast_lora.uninstall(policy)  # PEFT's own layers: PEFT's own switch
+    with fast_lora.adapters_disabled(policy) as fast, torch.no_grad():
+        assert not fast
+    with base_only(policy, trainable), torch.no_grad():
+        assert torch.equal(policy(input_ids=ids).logits, base)
+
+
 def test_no_merge_for_the_base_nor_for_sharded_weights(policy):
     with fast_lora.merged_for_sampling(policy, None) as merged:
         assert not merged
