@@ -57,6 +57,7 @@ from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Reward
 from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
 from agon_lightning.schedule import SCHEDULES, adapters_for, roles_for_step
+from agon_lightning.shared_prompt import sample_groups
 from agon_lightning.strategies import full_parameters
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
@@ -320,9 +321,14 @@ class AgonModule(L.LightningModule):
         return record
 
     # ------------------------------------------------------------------ update
-    def _logprobs(self, adapter: str | None, rb: RolloutBatch) -> tuple[Tensor, Tensor]:
-        """``(log-probs, entropies)`` ``[B, T]`` of ``rb``'s completions under ``adapter`` (``None``: the base)."""
-        args = (self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
+    def _logprobs(self, adapter: str | None, rollouts: RolloutBatch, rows: slice) -> tuple[Tensor, Tensor]:
+        """``(log-probs, entropies)`` ``[B, T]`` of the completions ``rows`` under ``adapter`` (``None``: the base).
+
+        The rows of a GRPO group share their prompt's leading tokens, which run once per group.
+        """
+        rb = rollouts.select(rows)
+        groups = sample_groups(rows, len(rollouts), self.grpo.num_generations)
+        args = (self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
         if adapter is None:
             with base_only(self.policy, self._trainable):
                 hidden = completion_hidden_states(*args)
@@ -346,12 +352,12 @@ class AgonModule(L.LightningModule):
         self, role: RoleRollout, rows: slice, norm: LossNormalizer
     ) -> tuple[Tensor, dict[str, Tensor]]:
         rb = role.rollouts.select(rows)
-        logp, entropy = self._logprobs(role.adapter, rb)
+        logp, entropy = self._logprobs(role.adapter, role.rollouts, rows)
         old = logp.detach() if role.old_logp is None else role.old_logp[rows]
         ref = None
         if self.grpo.kl_beta > 0:
             with torch.no_grad():
-                ref, _ = self._logprobs(None, rb)
+                ref, _ = self._logprobs(None, role.rollouts, rows)
         mask = self._loss_mask(rb)
         weights = None
         if rb.logprobs is not None and self.grpo.tis_cap is not None:
@@ -385,7 +391,7 @@ class AgonModule(L.LightningModule):
                 for r in roles:  # in micro-batches too: micro_batch_size bounds every forward
                     r.old_logp = torch.cat(
                         [
-                            self._logprobs(r.adapter, r.rollouts.select(slice(i, i + mb)))[0]
+                            self._logprobs(r.adapter, r.rollouts, slice(i, i + mb))[0]
                             for i in range(0, total, mb)
                         ]
                     )

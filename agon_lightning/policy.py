@@ -18,7 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from agon_lightning.fast_lora import adapters_disabled, install, merged_for_sampling
 from agon_lightning.grpo import LogitHead
+from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
 
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
@@ -90,7 +92,7 @@ def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Modu
 
 
 def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) -> nn.Module:
-    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name."""
+    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name (LoRA layers on the fused forward)."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if opts.init_from:
@@ -105,6 +107,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
         )
         for name in names[1:]:
             model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
+        install(model)
         return model
     config = LoraConfig(
         r=opts.r,
@@ -122,6 +125,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
             if ".lora_B.beta." in pname:
                 noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
                 param.data.copy_(noise.to(param.dtype))
+    install(model)
     return model
 
 
@@ -138,9 +142,11 @@ def activate(model: nn.Module, name: str, trainable: list[nn.Parameter]) -> None
 
     PEFT's ``set_adapter`` freezes the inactive adapters; both policies train every step
     (one joint backward), so their ``requires_grad`` is restored here from ``trainable``,
-    the list decided once, by adapter name, when the adapters were attached.
+    the list decided once, by adapter name, when the adapters were attached. Switching visits
+    every module of the model, so it is skipped when ``name`` is already active.
     """
-    model.set_adapter(name)
+    if model.active_adapter != name:
+        model.set_adapter(name)
     for p in trainable:
         p.requires_grad_(True)
 
@@ -166,10 +172,14 @@ def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> 
     Leaving PEFT's ``disable_adapter()`` re-activates the active adapter through
     ``set_adapter``, which sets ``requires_grad=False`` on every other adapter — and autograd
     then drops their gradients even from forwards that ran earlier in the step. So the flags
-    are put back by name on the way out.
+    are put back by name on the way out. Where the model's adapter layers are all on the fused
+    forward, they are switched off directly (:func:`~agon_lightning.fast_lora.adapters_disabled`:
+    the same state without PEFT's walks over every module).
     """
     try:
-        with model.disable_adapter():
+        with adapters_disabled(model) as done, contextlib.ExitStack() as stack:
+            if not done:  # adapter layers other than fast_lora's: PEFT's own switch
+                stack.enter_context(model.disable_adapter())
             yield
     finally:
         for p in trainable or []:
@@ -242,23 +252,41 @@ def generating(model: nn.Module) -> Iterator[None]:
 
 
 def completion_hidden_states(
-    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    groups: Tensor | None = None,
 ) -> Tensor:
     """Final hidden states at the positions that predict each completion token: ``[B, T, H]``.
 
     Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
     position ids from the attention mask exactly as ``generate`` computes them under left
-    padding, so the recomputed log-probs match the sampling pass.
+    padding, so the recomputed log-probs match the sampling pass. The leading prompt tokens
+    that the rows of a group share run once for the group (:mod:`agon_lightning.shared_prompt`):
+    a GRPO group's whole prompt, or the problem that precedes each challenger's draft summary.
+
+    Args:
+        groups: ``[G]`` consecutive rows per group (e.g. from
+            :func:`~agon_lightning.shared_prompt.sample_groups`); ``None``: runs of identical prompts.
     """
+    decoder = model.get_base_model().get_decoder()
+    counts = prompt_groups(prompt_ids, prompt_mask) if groups is None else groups
+    prefixes = None
+    if counts is not None and shares_prompts(decoder):
+        prefixes = shared_prefixes(prompt_ids, prompt_mask, counts)
+    if prefixes is not None:
+        return prefix_hidden_states(
+            decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, *prefixes, counts
+        )
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    decoder = model.get_base_model().get_decoder()
     hidden = decoder(
         input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
     ).last_hidden_state
-    prompt_len = prompt_ids.shape[1]
-    return hidden[:, prompt_len - 1 : -1]  # [B, T, H]
+    return hidden[:, prompt_ids.shape[1] - 1 : -1]  # [B, T, H]
 
 
 def output_weight(model: nn.Module) -> Tensor:
@@ -305,11 +333,15 @@ def sample_with(
 ) -> Any:
     """Sample with ``adapter`` active (``None`` = the base, adapters disabled), in eval mode.
 
-    The one sampling path of training, validation and the deployed cascade.
+    The one sampling path of training, validation and the deployed cascade. With the rollout's
+    ``merge_adapter`` on, the adapter is merged into a copy of each adapted weight while sampling
+    (:func:`agon_lightning.fast_lora.merged_for_sampling`).
     """
     with generating(model):
         if adapter is None:
             with base_only(model, trainable):
                 return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
         activate(model, adapter, trainable or [])
-        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+        merge = adapter if getattr(rollout, "merge_adapter", False) else None
+        with merged_for_sampling(model, merge):
+            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+
 
 @dataclass
 class RolloutBatch:
@@ -145,6 +147,9 @@ class HFRollout(Rollout):
         top_p: Nucleus sampling mass.
         top_k: Top-k cutoff (0 = off).
         max_batch_size: Most sequences per ``generate`` call (0 = all at once).
+        merge_adapter: Sample with the active adapter merged into a copy of each adapted weight
+            (one matmul per projection instead of three; the copy lives while sampling; not with
+            sharded weights, see :mod:`agon_lightning.fast_lora`).
     """
 
     def __init__(
@@ -154,6 +159,7 @@ class HFRollout(Rollout):
         top_p: float = 1.0,
         top_k: int = 0,
         max_batch_size: int = 0,
+        merge_adapter: bool = True,
     ) -> None:
         check_sampling(max_new_tokens, temperature, top_p, top_k)
         if max_batch_size < 0:
@@ -163,6 +169,7 @@ class HFRollout(Rollout):
         self.top_p = top_p
         self.top_k = top_k
         self.max_batch_size = max_batch_size
+        self.merge_adapter = merge_adapter
 
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
         if not prompts:
@@ -191,9 +198,9 @@ class HFRollout(Rollout):
         for start in range(0, ids.shape[0], step):
             if rows is not None:
                 kwargs["adapter_names"] = rows[start : start + step]
-            out = model.generate(
-                input_ids=ids[start : start + step], attention_mask=attn[start : start + step], **kwargs
-            )
+            chunk_ids, chunk_attn = ids[start : start + step], attn[start : start + step]
+            shared = self._shared_prefill(model, chunk_ids, chunk_attn) if rows is None else {}
+            out = model.generate(input_ids=chunk_ids, attention_mask=chunk_attn, **kwargs, **shared)
             pieces.append(out[:, ids.shape[1] :])
         width = max(p.shape[1] for p in pieces)
         completion = torch.cat(
@@ -207,3 +214,19 @@ class HFRollout(Rollout):
         completion = completion.masked_fill(mask == 0, tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
         return RolloutBatch(ids, attn, completion, mask, texts, mask.sum(dim=1), truncated)
+
+    @staticmethod
+    def _shared_prefill(model: Any, ids: Tensor, attn: Tensor) -> dict[str, Any]:
+        """``generate``'s cache argument holding one prefill per distinct prompt, repeated; ``{}`` if none.
+
+        All but each prompt's last token are prefilled (``generate`` needs one uncached token),
+        with the position ids ``generate`` itself gives a left-padded prompt.
+        """
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+        counts = prompt_groups(ids, attn) if ids.shape[1] > 1 else None
+        if counts is None or decoder is None or not plain_cache(decoder):
+            return {}
+        positions = (attn.long().cumsum(-1) - 1).masked_fill(attn == 0, 1)
+        _, cache = prompt_cache(decoder, ids[:, :-1], attn[:, :-1], positions[:, :-1], counts)
+        return {cache_argument(decoder): cache}

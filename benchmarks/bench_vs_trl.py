@@ -149,7 +149,9 @@ def main() -> None:
     )  # fmt: skip
     import trl
 
-    write_json("vs_trl", {"trl": trl.__version__, "table": table, "results": records})
+    default = (cli.prompts, cli.generations, cli.max_new_tokens) == (2, 4, 32)
+    name = "vs_trl" if default else f"vs_trl_p{cli.prompts}_n{cli.generations}_t{cli.max_new_tokens}"
+    write_json(name, {"trl": trl.__version__, "table": table, "results": records})
 
 
 if __name__ == "__main__":

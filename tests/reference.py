@@ -1,8 +1,10 @@
 """The plain reference for what one training step must do to each adapter.
 
 Everything the trainer does to be fast or small is left out: one role at a time with that
-adapter alone active (PEFT's own ``set_adapter``), no activation checkpointing, no
-micro-batching, the model's full logits and ``log_softmax``, the frozen reference through a
+adapter alone active (PEFT's own ``set_adapter``), PEFT's own LoRA forward (not the fused
+one of ``agon_lightning.fast_lora``), every row's prompt run for itself (no shared prompt
+forward), no activation checkpointing, no micro-batching, the model's full logits and
+``log_softmax``, the frozen reference through a
 separate no-grad pass, and gradients taken with ``torch.autograd.grad`` with respect to the
 adapter's parameters *by name*. The optimizer is plain SGD with momentum, simulated here, so
 the expected weights after a step are exact and the comparison needs no learning-rate slack.
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agon_lightning import fast_lora
 from agon_lightning.grpo import LossNormalizer, clipped_policy_loss
 from agon_lightning.module import GRPOOptions
 from agon_lightning.rollout import RolloutBatch
@@ -78,6 +81,7 @@ def reference_step(
 
     Returns the adapters' weights afterwards; ``buffers`` (momentum) is updated in place.
     """
+    fast_lora.uninstall(policy)  # PEFT's own LoRA layers
     policy.train()
     refs: dict[tuple[int, int], Tensor] = {}
     olds: dict[tuple[int, int], Tensor] = {}

@@ -80,3 +80,30 @@ def test_mixed_adapter_sampling_matches_one_call_per_adapter(tmp_path):
     )
     assert mixed.texts == [t for rb in separate for t in rb.texts]
     assert separate[0].texts != separate[2].texts, "beta's noisy B should change what it writes"
+
+
+def test_every_lever_switches_off_and_back_on():
+    from agon_lightning import fast_lora
+    from agon_lightning import policy as policy_module
+    from agon_lightning.rollout import HFRollout
+    from benchmarks.bench_levers import build, levers, step_parts
+    from benchmarks.common import make_problems
+
+    work = Workload(prompts=1, generations=2, max_new_tokens=3, kl_beta=0.04, hidden_size=32, num_layers=1)
+    module = build(work, "grpo")
+    before = (
+        HFRollout.__dict__["_shared_prefill"],
+        policy_module.shared_prefixes,
+        policy_module.adapters_disabled,
+    )
+    for setting, _ in levers(module).values():
+        with setting(False):
+            play, update = step_parts(module, make_problems(1), 2)
+        assert play > 0 and update > 0
+    after = (
+        HFRollout.__dict__["_shared_prefill"],
+        policy_module.shared_prefixes,
+        policy_module.adapters_disabled,
+    )
+    assert after == before and module.rollout.merge_adapter
+    assert all("forward" in vars(m) for m in fast_lora.lora_layers(module.policy))

@@ -10,13 +10,14 @@ import torch
 from conftest import build_char_tokenizer, build_tiny_model
 from lightning.pytorch.loggers import CSVLogger
 
+from agon_lightning import fast_lora
 from agon_lightning.bundle import canonical_base, save_bundle
 from agon_lightning.cascade import Cascade
 from agon_lightning.cli import main
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.pipeline import majority_vote
+from agon_lightning.pipeline import majority_vote, solve_batch
 from agon_lightning.policy import LoraOptions
 from agon_lightning.rollout import HFRollout
 from agon_lightning.types import Problem, Verdict
@@ -46,6 +47,9 @@ def noisy_model_dir(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+PAIRS = [("alpha", "beta"), ("beta", "alpha")]
 
 
 def make_module(model_dir):
@@ -133,6 +137,28 @@ def test_greedy_outputs_do_not_depend_on_batching(fitted):
     one_by_one = [r.final.final for r in cascade.solve(questions, batch_size=1)]
     assert [r.final.final for r in cascade.solve(questions, batch_size=VAL_SIZE)] == one_by_one
     assert len(set(one_by_one)) > 1
+
+
+def test_greedy_outputs_of_every_policy_and_cascade_unchanged_by_the_fast_path(fitted):
+    module, _, heldout, _ = fitted
+    problems = [Problem(**json.loads(line)) for line in heldout.read_text().splitlines()]
+    prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
+
+    def outputs():
+        drafts = [module.sample(a, prompts, 1, greedy=True).texts for a in (None, "alpha", "beta")]
+        cascades = [[r.final.final for r in solve_batch(module, problems, d, a)] for d, a in PAIRS]
+        return drafts, cascades
+
+    fast = outputs()
+    fast_lora.uninstall(module.policy)  # PEFT's own LoRA layers, nothing merged
+    module.rollout.merge_adapter = False
+    try:
+        plain = outputs()
+    finally:
+        fast_lora.install(module.policy)
+        module.rollout.merge_adapter = True
+    assert fast == plain
+    assert len({t for texts in fast[0] for t in texts}) > 3  # the policies write different texts
 
 
 def test_k_samples_are_voted_and_reproducible(fitted):

@@ -1,0 +1,165 @@
+"""Each speed lever of the update and the rollout, off against on, in one process (issue 15's table).
+
+One ``AgonModule`` (the same tiny Qwen3 and workload as ``bench_vs_trl.py``, one thread) plays
+and updates repeatedly outside a Trainer; each lever is switched off and on in alternation and
+the process CPU time of the part it touches (``play``: sampling, verifying; ``update``: the
+forward, backward and optimizer step) is compared, median over the repeats.
+
+    python -m benchmarks.bench_levers                                         # P=2 N=4 T=32
+    python -m benchmarks.bench_levers --prompts 16 --generations 8 --max-new-tokens 80 --repeats 2
+    python -m benchmarks.bench_levers --game agon --beta 0.04
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import (
+    LEARNING_RATE,
+    LORA_TARGETS,
+    Workload,
+    build_model_dir,
+    make_problems,
+    median,
+    print_table,
+    single_thread,
+)
+
+
+def build(work: Workload, game: str) -> Any:
+    """An ``AgonModule`` whose ``_update`` runs without a Trainer (plain backward, clipping, step)."""
+    from agon_lightning.module import AgonModule, GRPOOptions
+    from agon_lightning.policy import LoraOptions
+    from agon_lightning.prompts import Prompts
+    from agon_lightning.rollout import HFRollout
+    from agon_lightning.verifiers.exact import ExactMatchVerifier
+
+    torch.manual_seed(work.seed)
+    module = AgonModule(
+        model_name_or_path=str(build_model_dir(Path(tempfile.mkdtemp()), work)), game=game,
+        lora=LoraOptions(r=work.lora_r, alpha=2 * work.lora_r, target_modules=LORA_TARGETS),
+        grpo=GRPOOptions(num_generations=work.generations, kl_beta=work.kl_beta),
+        rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=ExactMatchVerifier(),
+        prompts=Prompts(chat_template=False), validate_at_start=False,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),
+    )  # fmt: skip
+    module.configure_model()
+    optimizer = module.configure_optimizers()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    module.optimizers = lambda: optimizer
+    module.lr_schedulers = lambda: None
+    module.manual_backward = lambda loss: loss.backward()
+    module.clip_gradients = lambda opt, **kwargs: torch.nn.utils.clip_grad_norm_(params, 1.0)
+    strategy = type(
+        "Strategy", (), {"reduce_boolean_decision": staticmethod(lambda decision, all=True: decision)}
+    )
+    module._trainer = type("Trainer", (), {"strategy": strategy()})()  # all that _update asks of a trainer
+    return module
+
+
+def levers(module: Any) -> dict[str, tuple[Callable[[bool], contextlib.AbstractContextManager], str]]:
+    """Lever name → (context that sets it off or on, the part it touches)."""
+    from agon_lightning import fast_lora
+    from agon_lightning import policy as policy_module
+    from agon_lightning.rollout import HFRollout
+
+    @contextlib.contextmanager
+    def attribute(owner: Any, name: str, value: Any, on: bool) -> Iterator[None]:
+        original = owner.__dict__[name]
+        if not on:
+            setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            setattr(owner, name, original)
+
+    @contextlib.contextmanager
+    def fused(on: bool) -> Iterator[None]:
+        if not on:
+            fast_lora.uninstall(module.policy)
+        try:
+            yield
+        finally:
+            fast_lora.install(module.policy)
+
+    return {
+        "sampling with the adapter merged": (lambda on: attribute(module.rollout, "merge_adapter", False, on), "play"),
+        "one prefill per prompt": (
+            lambda on: attribute(HFRollout, "_shared_prefill", staticmethod(lambda *a: {}), on), "play"
+        ),
+        "fused LoRA forward (addmm)": (fused, "update"),
+        "shared prompt tokens in the update": (
+            lambda on: attribute(policy_module, "shared_prefixes", lambda *a: None, on), "update"
+        ),
+        "adapters off by flag (KL reference)": (
+            lambda on: attribute(policy_module, "adapters_disabled", _never, on), "update"
+        ),
+    }  # fmt: skip
+
+
+@contextlib.contextmanager
+def _never(model: Any) -> Iterator[bool]:
+    """``adapters_disabled`` that declines: ``base_only`` falls back to PEFT's ``disable_adapter()``."""
+    yield False
+
+
+def step_parts(module: Any, problems: list[Any], n: int) -> tuple[float, float]:
+    """CPU seconds of one ``_play`` and one ``_update``."""
+    from agon_lightning.grpo import group_advantages
+
+    start = time.process_time()
+    record = module._play(problems)
+    played = time.process_time()
+    roles = [record.draft] + ([record.challenge] if record.challenge is not None else [])
+    for role in roles:
+        role.advantages, _ = group_advantages(role.rewards + 0.1 * torch.randn(len(role.rewards)), n)
+    module._update(roles)
+    return played - start, time.process_time() - played
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", choices=["grpo", "agon"], default="grpo")
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--beta", type=float, default=0.0)
+    parser.add_argument("--repeats", type=int, default=6, help="off/on pairs per lever (after one warm-up)")
+    cli = parser.parse_args()
+    single_thread()
+    work = Workload(
+        prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, kl_beta=cli.beta
+    )
+    module = build(work, cli.game)
+    problems = make_problems(work.prompts, work.seed)
+    rows = []
+    for name, (setting, part) in levers(module).items():
+        if "KL" in name and work.kl_beta == 0:
+            continue
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(cli.repeats + 1):
+            for on in (False, True):
+                with setting(on):
+                    play, update = step_parts(module, problems, work.generations)
+                if i:  # the first pair warms up
+                    times[on].append(play if part == "play" else update)
+        off, on = (1e3 * median(times[k]) for k in (False, True))
+        rows.append([name, part, off, on, on / off])
+    print_table(
+        f"Levers, {cli.game}, P={work.prompts} N={work.generations} T={work.max_new_tokens} β={work.kl_beta}, "
+        f"CPU ms of the part, median of {cli.repeats} alternating pairs",
+        ["lever", "part", "off ms", "on ms", "on/off"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()

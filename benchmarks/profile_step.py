@@ -1,0 +1,100 @@
+"""Where one ``game: grpo`` (or Agon) training step spends its time: ``torch.profiler`` on one step.
+
+The same tiny Qwen3 and workload as ``bench_vs_trl.py`` (one thread), one warm-up step, then
+one profiled step. Prints the top operators by self CPU time and the top ``record_function``
+regions (generate, the update's forward and backward), which is what the README's profile
+tables quote.
+
+    python -m benchmarks.profile_step --prompts 16 --generations 8 --max-new-tokens 80
+    python -m benchmarks.profile_step --game agon --rows 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import Workload, build_model_dir, make_problems, single_thread
+
+
+def profile(work: Workload, game: str, rows: int) -> str:
+    """One warm-up step, then one profiled step of ``AgonModule``; the profiler's tables as text."""
+    import lightning as L
+
+    from agon_lightning.data.base import ProblemDataModule
+    from agon_lightning.module import AgonModule, GRPOOptions
+    from agon_lightning.policy import LoraOptions
+    from agon_lightning.prompts import Prompts
+    from agon_lightning.rollout import HFRollout
+    from agon_lightning.verifiers.exact import ExactMatchVerifier
+    from benchmarks.common import LEARNING_RATE, LORA_TARGETS
+
+    class FixedProblems(ProblemDataModule):
+        def load_train(self):
+            return make_problems(work.prompts * 2, work.seed)
+
+        def load_val(self):
+            return []
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+    class Profile(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 1:
+                prof.start()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if batch_idx == 1:
+                prof.stop()
+
+    with tempfile.TemporaryDirectory() as root:
+        L.seed_everything(work.seed, verbose=False)
+        module = AgonModule(
+            model_name_or_path=str(build_model_dir(Path(root), work)), game=game,
+            lora=LoraOptions(r=work.lora_r, alpha=2 * work.lora_r, target_modules=LORA_TARGETS),
+            grpo=GRPOOptions(num_generations=work.generations, kl_beta=work.kl_beta),
+            rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=ExactMatchVerifier(),
+            prompts=Prompts(chat_template=False), validate_at_start=False,
+            optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),
+        )  # fmt: skip
+        for name in ("_play", "_update"):  # labelled regions in the profile
+            setattr(module, name, _labelled(getattr(module, name), f"agon.{name.strip('_')}"))
+        trainer = L.Trainer(
+            max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+            callbacks=[Profile()], num_sanity_val_steps=0,
+        )  # fmt: skip
+        trainer.fit(module, FixedProblems(batch_size=work.prompts, seed=work.seed))
+    averages = prof.key_averages()
+    return averages.table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def _labelled(fn, label: str):
+    def wrapped(*args, **kwargs):
+        with torch.profiler.record_function(label):
+            return fn(*args, **kwargs)
+
+    return wrapped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", choices=["grpo", "agon"], default="grpo")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=80)
+    parser.add_argument("--beta", type=float, default=0.0)
+    parser.add_argument("--rows", type=int, default=30)
+    cli = parser.parse_args()
+    single_thread()
+    work = Workload(
+        prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, kl_beta=cli.beta
+    )
+    print(profile(work, cli.game, cli.rows))
+
+
+if __name__ == "__main__":
+    main()
