@@ -86,7 +86,7 @@ def module(engine, tmp_path_factory):
 
 def trainer_logprobs(module, adapter, rb):
     with torch.no_grad():
-        return module._logprobs(adapter, rb)[0]
+        return module._logprobs(adapter, rb, slice(0, len(rb)))[0]
 
 
 def max_logp_gap(module, adapter, rb) -> float:
