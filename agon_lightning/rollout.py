@@ -81,18 +81,6 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
-def check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
-    """Raise a ValueError naming the first sampling setting out of range."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-
-
 def encode_prompts(
     tokenizer: Any, prompts: list[str], num_samples: int, device: Any
 ) -> tuple[Tensor, Tensor]:
@@ -137,6 +125,23 @@ class Rollout(ABC):
         """
         return None  # the default: samples come from ``model`` itself, already current
 
+    def _keep_sampling(self, max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
+        """Keep the sampling settings every backend takes; a ValueError names the first out of range."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}"
+            )
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+
 
 class HFRollout(Rollout):
     """Batched ``model.generate`` with the KV cache.
@@ -161,13 +166,9 @@ class HFRollout(Rollout):
         max_batch_size: int = 0,
         merge_adapter: bool = True,
     ) -> None:
-        check_sampling(max_new_tokens, temperature, top_p, top_k)
+        self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
         if max_batch_size < 0:
             raise ValueError(f"max_batch_size must be >= 0, got {max_batch_size}")
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
         self.max_batch_size = max_batch_size
         self.merge_adapter = merge_adapter
 

@@ -47,7 +47,6 @@ from agon_lightning.policy import BASE_ADAPTER, active_adapter
 from agon_lightning.rollout import (
     Rollout,
     RolloutBatch,
-    check_sampling,
     completion_mask,
     encode_prompts,
     stop_token_ids,
@@ -171,7 +170,7 @@ class VLLMRollout(Rollout):
         seed: int = 0,
         in_process: bool = True,
     ) -> None:
-        check_sampling(max_new_tokens, temperature, top_p, top_k)
+        self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if max_model_len is not None and max_model_len <= max_new_tokens:
@@ -187,10 +186,6 @@ class VLLMRollout(Rollout):
             raise ValueError(f"kv_cache_memory_gib must be > 0 or null, got {kv_cache_memory_gib}")
         if importlib.util.find_spec("vllm") is None:  # fail when the run is configured, not at step 1
             raise ImportError(f"VLLMRollout (--model.rollout=vllm) needs the vllm package; {INSTALL_HINT}")
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
         self.gpu_memory_utilization = gpu_memory_utilization
         self.max_model_len = max_model_len
         self.dtype = dtype
