@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from agon_lightning.fast_lora import adapters_disabled, install, merged_for_sampling
+from agon_lightning.fast_lora import adapters_disabled, install
 from agon_lightning.grpo import LogitHead
 from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
 
@@ -333,15 +333,13 @@ def sample_with(
 ) -> Any:
     """Sample with ``adapter`` active (``None`` = the base, adapters disabled), in eval mode.
 
-    The one sampling path of training, validation and the deployed cascade. With the rollout's
-    ``merge_adapter`` on, the adapter is merged into a copy of each adapted weight while sampling
-    (:func:`agon_lightning.fast_lora.merged_for_sampling`).
+    The one sampling path of training, validation and the deployed cascade. How the rollout
+    uses the active adapter is its own business (``HFRollout`` merges it into its decode
+    weights; vLLM samples its own copy).
     """
     with generating(model):
         if adapter is None:
             with base_only(model, trainable):
                 return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
         activate(model, adapter, trainable or [])
-        merge = adapter if getattr(rollout, "merge_adapter", False) else None
-        with merged_for_sampling(model, merge):
-            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agon_lightning import decode
+from agon_lightning.fast_lora import merged_for_sampling
 from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 
 
@@ -155,6 +157,10 @@ class HFRollout(Rollout):
         merge_adapter: Sample with the active adapter merged into a copy of each adapted weight
             (one matmul per projection instead of three; the copy lives while sampling; not with
             sharded weights, see :mod:`agon_lightning.fast_lora`).
+        fused_decode: Sample Llama-family models (Qwen3, Qwen2, Llama, Mistral) with our own
+            decode loop (fused projections with the adapter merged, a preallocated cache,
+            finished rows dropped; :mod:`agon_lightning.decode`); anything it does not reproduce
+            exactly goes to ``generate``.
     """
 
     def __init__(
@@ -165,12 +171,14 @@ class HFRollout(Rollout):
         top_k: int = 0,
         max_batch_size: int = 0,
         merge_adapter: bool = True,
+        fused_decode: bool = True,
     ) -> None:
         self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
         if max_batch_size < 0:
             raise ValueError(f"max_batch_size must be >= 0, got {max_batch_size}")
         self.max_batch_size = max_batch_size
         self.merge_adapter = merge_adapter
+        self.fused_decode = fused_decode
 
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
         if not prompts:
@@ -194,27 +202,80 @@ class HFRollout(Rollout):
                 do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None
             )
         rows = None if adapter_names is None else [n for n in adapter_names for _ in range(num_samples)]
-        step = self.max_batch_size or ids.shape[0]
-        pieces = []
-        for start in range(0, ids.shape[0], step):
-            if rows is not None:
-                kwargs["adapter_names"] = rows[start : start + step]
-            chunk_ids, chunk_attn = ids[start : start + step], attn[start : start + step]
-            shared = self._shared_prefill(model, chunk_ids, chunk_attn) if rows is None else {}
-            out = model.generate(input_ids=chunk_ids, attention_mask=chunk_attn, **kwargs, **shared)
-            pieces.append(out[:, ids.shape[1] :])
-        width = max(p.shape[1] for p in pieces)
-        completion = torch.cat(
-            [
-                torch.nn.functional.pad(p, (0, width - p.shape[1]), value=tokenizer.pad_token_id)
-                for p in pieces
-            ]
-        )  # [B, T]
+        if self.fused_decode and decode.unsupported(model, kwargs) is None:
+            completion = self._decode(model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs)
+        else:
+            completion = self._generate(model, ids, attn, rows, tokenizer.pad_token_id, kwargs)
         mask, truncated = completion_mask(completion, eos_ids)
         # generate() pads finished rows with pad == eos for many tokenizers: the mask handles it.
         completion = completion.masked_fill(mask == 0, tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
         return RolloutBatch(ids, attn, completion, mask, texts, mask.sum(dim=1), truncated)
+
+    def _generate(
+        self,
+        model: Any,
+        ids: Tensor,
+        attn: Tensor,
+        rows: list[str] | None,
+        pad_id: int,
+        kwargs: dict[str, Any],
+    ) -> Tensor:
+        """Completions ``[B, T]`` from ``model.generate``, ``max_batch_size`` rows at a time.
+
+        With ``merge_adapter``, the active adapter is merged into a copy of each adapted weight
+        while sampling (:func:`agon_lightning.fast_lora.merged_for_sampling`); a mixed-adapter
+        batch runs through PEFT's per-row LoRA.
+        """
+        step = self.max_batch_size or ids.shape[0]
+        merge = decode.current_adapter(model) if self.merge_adapter and rows is None else None
+        pieces = []
+        with merged_for_sampling(model, merge):
+            for start in range(0, ids.shape[0], step):
+                if rows is not None:
+                    kwargs = {**kwargs, "adapter_names": rows[start : start + step]}
+                chunk_ids, chunk_attn = ids[start : start + step], attn[start : start + step]
+                shared = self._shared_prefill(model, chunk_ids, chunk_attn) if rows is None else {}
+                out = model.generate(input_ids=chunk_ids, attention_mask=chunk_attn, **kwargs, **shared)
+                pieces.append(out[:, ids.shape[1] :])
+        width = max(p.shape[1] for p in pieces)
+        return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad_id) for p in pieces])
+
+    def _decode(
+        self,
+        model: Any,
+        ids: Tensor,
+        attn: Tensor,
+        rows: list[str] | None,
+        eos_ids: list[int],
+        pad_id: int,
+        kwargs: dict[str, Any],
+    ) -> Tensor:
+        """Completions ``[B, T]`` from :func:`agon_lightning.decode.decode`, one adapter's rows at a time.
+
+        A mixed-adapter batch is split by adapter (each row's tokens are the same as in a batch of
+        its own adapter's rows), and each part runs ``max_batch_size`` rows at a time.
+        """
+        sampling = decode.sampling_of(model, kwargs)
+        names = rows if rows is not None else [decode.current_adapter(model)] * ids.shape[0]
+        step = self.max_batch_size or ids.shape[0]
+        pieces: list[tuple[Tensor, Tensor]] = []
+        for name in dict.fromkeys(names):
+            weights = decode.weights(model, name)
+            index = torch.tensor([i for i, n in enumerate(names) if n == name], device=ids.device)
+            for start in range(0, len(index), step):
+                part = index[start : start + step]
+                part_ids, part_attn = ids[part], attn[part]
+                out = decode.decode(
+                    weights, part_ids, part_attn, self.max_new_tokens, eos_ids, pad_id, sampling,
+                    prompt_groups(part_ids, part_attn),
+                )  # fmt: skip
+                pieces.append((part, out))
+        width = max(out.shape[1] for _, out in pieces)
+        completion = ids.new_full((ids.shape[0], width), pad_id)
+        for part, out in pieces:
+            completion[part, : out.shape[1]] = out
+        return completion
 
     @staticmethod
     def _shared_prefill(model: Any, ids: Tensor, attn: Tensor) -> dict[str, Any]:

@@ -150,13 +150,13 @@ def test_greedy_outputs_of_every_policy_and_cascade_unchanged_by_the_fast_path(f
         return drafts, cascades
 
     fast = outputs()
-    fast_lora.uninstall(module.policy)  # PEFT's own LoRA layers, nothing merged
-    module.rollout.merge_adapter = False
+    fast_lora.uninstall(module.policy)  # PEFT's own LoRA layers, nothing merged, sampled by generate
+    module.rollout.merge_adapter = module.rollout.fused_decode = False
     try:
         plain = outputs()
     finally:
         fast_lora.install(module.policy)
-        module.rollout.merge_adapter = True
+        module.rollout.merge_adapter = module.rollout.fused_decode = True
     assert fast == plain
     assert len({t for texts in fast[0] for t in texts}) > 3  # the policies write different texts
 

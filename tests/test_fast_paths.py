@@ -242,7 +242,9 @@ def test_checkpointing_turns_prompt_sharing_off(policy):
 def test_one_prefill_per_prompt_samples_what_a_prefill_per_row_samples(policy, greedy, monkeypatch):
     tokenizer = build_char_tokenizer()
     tokenizer.padding_side = "left"
-    rollout = HFRollout(max_new_tokens=8, max_batch_size=6)  # chunks of 6 rows cut through a group of 4
+    # The generate path's prefill (the decode loop has its own, tests/test_decode.py); chunks of 6
+    # rows cut through a group of 4.
+    rollout = HFRollout(max_new_tokens=8, max_batch_size=6, fused_decode=False)
     prompts = ["12+30=", "7+8=", "100-1="]  # different lengths: left padding
     policy.set_adapter("beta")
 
