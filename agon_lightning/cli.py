@@ -18,6 +18,7 @@ from typing import Any
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from agon_lightning.allocator import reuse_freed_memory
 from agon_lightning.cli_base import BaseCLI, compact_usage
 from agon_lightning.config_files import expand_config_args
 from agon_lightning.data.base import ProblemDataModule
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
         fail("agon", f"unknown command {command!r}; commands: {', '.join(COMMANDS)} (agon --help)")
+    reuse_freed_memory()  # CPU steps reuse freed activations instead of re-faulting them (AGON_MALLOC)
     module_name, function = COMMANDS[command][0].split(":")
     run = getattr(importlib.import_module(module_name), function)
     with reporting_usage_errors(f"agon {command}"):
