@@ -8,6 +8,11 @@ forward, backward and optimizer step) is compared, median over the repeats.
     python -m benchmarks.bench_levers                                         # P=2 N=4 T=32
     python -m benchmarks.bench_levers --prompts 16 --generations 8 --max-new-tokens 80 --repeats 2
     python -m benchmarks.bench_levers --game agon --beta 0.04
+    python -m benchmarks.bench_levers --allocator --prompts 16 --generations 8 --max-new-tokens 80
+
+``--allocator`` compares glibc's defaults with :func:`agon_lightning.allocator.reuse_freed_memory`,
+which is process-wide and cannot be switched back: fresh processes alternate instead, each
+reporting the CPU time and the minor page faults of its updates.
 """
 
 from __future__ import annotations
@@ -31,7 +36,13 @@ from benchmarks.common import (
     median,
     print_table,
     single_thread,
+    spawn,
+    work_config,
+    worker_main,
+    workload_from,
 )
+
+MODULE = "benchmarks.bench_levers"
 
 
 def build(work: Workload, game: str) -> Any:
@@ -90,10 +101,25 @@ def levers(module: Any) -> dict[str, tuple[Callable[[bool], contextlib.AbstractC
         finally:
             fast_lora.install(module.policy)
 
+    def on_generate(setting: Callable[[bool], contextlib.AbstractContextManager]) -> Any:
+        """``setting`` measured where it acts: on the ``generate`` path, our decode loop off."""
+
+        @contextlib.contextmanager
+        def both(on: bool) -> Iterator[None]:
+            with attribute(module.rollout, "fused_decode", False, False), setting(on):
+                yield
+
+        return both
+
     return {
-        "sampling with the adapter merged": (lambda on: attribute(module.rollout, "merge_adapter", False, on), "play"),
-        "one prefill per prompt": (
-            lambda on: attribute(HFRollout, "_shared_prefill", staticmethod(lambda *a: {}), on), "play"
+        "our decode loop instead of generate": (
+            lambda on: attribute(module.rollout, "fused_decode", False, on), "play"
+        ),
+        "generate: sampling with the adapter merged": (
+            on_generate(lambda on: attribute(module.rollout, "merge_adapter", False, on)), "play"
+        ),
+        "generate: one prefill per prompt": (
+            on_generate(lambda on: attribute(HFRollout, "_shared_prefill", staticmethod(lambda *a: {}), on)), "play"
         ),
         "fused LoRA forward (addmm)": (fused, "update"),
         "shared prompt tokens in the update": (
@@ -125,6 +151,48 @@ def step_parts(module: Any, problems: list[Any], n: int) -> tuple[float, float]:
     return played - start, time.process_time() - played
 
 
+def allocator_worker(config: dict[str, Any]) -> dict[str, Any]:
+    """One process: the allocator setting or not, then play and update ``steps`` times after a warm-up."""
+    import resource
+
+    from agon_lightning.allocator import reuse_freed_memory
+
+    applied = reuse_freed_memory() if config["reuse"] else False
+    work = workload_from(config)
+    module = build(work, config["game"])
+    problems = make_problems(work.prompts, work.seed)
+    updates, faults = [], []
+    for i in range(work.steps + 1):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        _, update = step_parts(module, problems, work.generations)
+        if i:
+            updates.append(update)
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return {"applied": applied, "update_s": median(updates), "faults": median(faults)}
+
+
+def compare_allocators(work: Workload, game: str, rounds: int) -> None:
+    """Fresh processes, alternating glibc's defaults and ``reuse_freed_memory``; update CPU and faults."""
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for _ in range(rounds):
+        for reuse in (False, True):
+            runs[reuse].append(spawn(MODULE, work_config(work, game=game, reuse=reuse)))
+    if not all(r["applied"] for r in runs[True]):
+        raise RuntimeError("reuse_freed_memory() did not take effect on this machine")
+    ratios = [b["update_s"] / a["update_s"] for a, b in zip(runs[False], runs[True])]
+    rows = [
+        [label, 1e3 * median([r["update_s"] for r in runs[k]]), median([r["faults"] for r in runs[k]])]
+        for label, k in (("glibc defaults", False), ("reuse_freed_memory()", True))
+    ]
+    print_table(
+        f"Allocator, {game}, P={work.prompts} N={work.generations} T={work.max_new_tokens} β={work.kl_beta}: "
+        f"update CPU ms and minor page faults per update, median of {rounds} process pairs × {work.steps} "
+        f"steps; per-pair ratio median {median(ratios):.3f} ({', '.join(f'{r:.2f}' for r in ratios)})",
+        ["allocator", "update CPU ms", "page faults"],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--game", choices=["grpo", "agon"], default="grpo")
@@ -133,11 +201,15 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--repeats", type=int, default=6, help="off/on pairs per lever (after one warm-up)")
+    parser.add_argument("--allocator", action="store_true", help="only the allocator A/B, in fresh processes")
     cli = parser.parse_args()
     single_thread()
     work = Workload(
         prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, kl_beta=cli.beta
     )
+    if cli.allocator:
+        compare_allocators(Workload(**{**work.__dict__, "steps": 3}), cli.game, cli.repeats)
+        return
     module = build(work, cli.game)
     problems = make_problems(work.prompts, work.seed)
     rows = []
@@ -162,4 +234,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if not worker_main(allocator_worker):
+        main()

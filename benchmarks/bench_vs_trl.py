@@ -6,6 +6,10 @@ gradient clipping at 1.0, token-mean loss (TRL's ``dapo``), group-scaled advanta
 β = 0 and β > 0. Each measurement is a fresh process; ours and TRL alternate, repeated, and
 the ratio is taken per round (side by side), then the median over rounds.
 
+Ours runs as ``agon fit`` runs, with freed memory kept for reuse
+(:mod:`agon_lightning.allocator`); TRL runs as it ships, and once more per round with the same
+allocator setting (``trl_reuse``), so the table separates what the setting gives from the rest.
+
     python -m benchmarks.bench_vs_trl                 # the README table
     python -m benchmarks.bench_vs_trl --rounds 1 --steps 2   # a quick look
 
@@ -96,11 +100,18 @@ def run_trl(model_dir: Path, work: Workload, output_dir: str) -> dict[str, Any]:
     return result
 
 
+IMPLS = ("ours", "trl", "trl_reuse")  # trl_reuse: TRL with the allocator setting `agon` uses
+
+
 def run(config: dict[str, Any]) -> dict[str, Any]:
     work = workload_from(config)
     model_dir = Path(config["model_dir"])
     if config["impl"] == "ours":
         return run_ours(model_dir, work, game="grpo")
+    if config["impl"] == "trl_reuse":
+        from agon_lightning.allocator import reuse_freed_memory
+
+        reuse_freed_memory()
     with tempfile.TemporaryDirectory() as out:
         return run_trl(model_dir, work, out)
 
@@ -114,37 +125,40 @@ def main() -> None:
         for beta in cli.betas:
             work = workload_of(cli, kl_beta=beta)
             model_dir = build_model_dir(Path(root), work)
-            runs: dict[str, list[dict[str, Any]]] = {"ours": [], "trl": []}
+            runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in IMPLS}
             for _ in range(cli.rounds):
-                for impl in ("ours", "trl"):
+                for impl in IMPLS:
                     result = spawn(MODULE, work_config(work, impl=impl, model_dir=str(model_dir)))
                     runs[impl].append(result)
                     print(f"β={beta} {impl}: {result['step_s']:.3f} s/step, {result['peak_rss_mb']:.0f} MB")
             pairs = list(zip(runs["ours"], runs["trl"]))
             ratios = [o["step_s"] / t["step_s"] for o, t in pairs]
+            same_allocator = [o["step_s"] / t["step_s"] for o, t in zip(runs["ours"], runs["trl_reuse"])]
             cpu_ratios = [o["cpu_step_s"] / t["cpu_step_s"] for o, t in pairs]
             gen_share = {k: median([r["generate_cpu_s"] / r["cpu_step_s"] for r in runs[k]]) for k in runs}
             rest_ratios = [
                 (o["cpu_step_s"] - o["generate_cpu_s"]) / (t["cpu_step_s"] - t["generate_cpu_s"])
                 for o, t in pairs
             ]
-            ours_s, trl_s = (median([r["step_s"] for r in runs[k]]) for k in ("ours", "trl"))
+            ours_s, trl_s, trl_reuse_s = (median([r["step_s"] for r in runs[k]]) for k in IMPLS)
             ours_mb, trl_mb = (median([r["peak_rss_mb"] for r in runs[k]]) for k in ("ours", "trl"))
             tokens = {k: runs[k][0]["rollout_tokens"] for k in runs}
-            if tokens["ours"] != tokens["trl"]:
+            if len(set(tokens.values())) != 1:
                 raise RuntimeError(f"unequal work: rollout tokens per step {tokens}")
             rows.append([
                 beta, tokens["ours"], ours_s, trl_s, median(ratios), median(cpu_ratios), gen_share["ours"],
-                gen_share["trl"], median(rest_ratios), ours_mb, trl_mb, ours_mb / trl_mb,
+                gen_share["trl"], median(rest_ratios), ours_mb, trl_mb, ours_mb / trl_mb, trl_reuse_s,
+                median(same_allocator),
             ])  # fmt: skip
             records.append({"kl_beta": beta, "workload": work.__dict__, "ratio_per_round": ratios,
-                            "cpu_ratio_per_round": cpu_ratios, "runs": runs})  # fmt: skip
+                            "cpu_ratio_per_round": cpu_ratios, "same_allocator_ratio_per_round": same_allocator,
+                            "runs": runs})  # fmt: skip
     table = print_table(
         f"Ours (game: grpo) vs TRL GRPOTrainer, CPU, 1 thread, P={cli.prompts} N={cli.generations} "
         f"T={cli.max_new_tokens}, median of {cli.rounds} alternating rounds",
         ["β", "tokens/step", "ours s/step", "TRL s/step", "ours/TRL wall", "ours/TRL CPU",
          "ours generate share", "TRL generate share", "ours/TRL CPU outside generate", "ours peak MB",
-         "TRL peak MB", "ours/TRL RSS"],
+         "TRL peak MB", "ours/TRL RSS", "TRL, our allocator setting, s/step", "ours/that TRL wall"],
         rows,
     )  # fmt: skip
     import trl

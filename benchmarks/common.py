@@ -130,12 +130,16 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
         summarizer: What the challenger reads: ``strip_trace`` (the post-reasoning text; for an
             untrained model, the whole draft) or ``hidden`` (nothing).
 
+    Runs as ``agon fit`` does, with freed memory kept for reuse
+    (:func:`agon_lightning.allocator.reuse_freed_memory`; ``AGON_MALLOC=default`` turns it off).
+
     Returns:
         ``step_s`` (seconds per measured step), ``generate_s`` and ``update_s`` (their split),
         ``rollout_tokens`` (completion tokens generated per step) and ``train_start_rss_mb``.
     """
     import lightning as L
 
+    from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.base import ProblemDataModule
     from agon_lightning.module import AgonModule, GRPOOptions
     from agon_lightning.policy import LoraOptions
@@ -146,6 +150,7 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
 
     if summarizer not in SUMMARIZERS:
         raise ValueError(f"summarizer must be one of {SUMMARIZERS}, got {summarizer!r}")
+    reuse_freed_memory()
 
     class FixedProblems(ProblemDataModule):
         def load_train(self):
@@ -201,20 +206,25 @@ class StepTimer:
         self._time_generate()
 
     def _time_generate(self) -> None:
-        """Count the CPU time spent in Transformers' ``generate``: both trainers sample through it."""
+        """Count the CPU time spent sampling: Transformers' ``generate`` (TRL, and our fallback) and our decode loop."""
         from transformers import GenerationMixin
 
-        original = GenerationMixin.generate
+        from agon_lightning import decode
+
         timer = self
 
-        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
-            start = time.process_time()
-            try:
-                return original(model, *args, **kwargs)
-            finally:
-                timer._pending_generate_cpu += time.process_time() - start
+        def timed(original: Callable[..., Any]) -> Callable[..., Any]:
+            def sample(*args: Any, **kwargs: Any) -> Any:
+                start = time.process_time()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    timer._pending_generate_cpu += time.process_time() - start
 
-        GenerationMixin.generate = generate
+            return sample
+
+        GenerationMixin.generate = timed(GenerationMixin.generate)
+        decode.decode = timed(decode.decode)
 
     def step_end(
         self, rollout_tokens: int, prompt_tokens: int = 0, split: tuple[float, float] = (0, 0)
