@@ -78,7 +78,7 @@ def build(work: Workload, game: str) -> Any:
 
 def levers(module: Any) -> dict[str, tuple[Callable[[bool], contextlib.AbstractContextManager], str]]:
     """Lever name → (context that sets it off or on, the part it touches)."""
-    from agon_lightning import fast_lora
+    from agon_lightning import decode, fast_lora
     from agon_lightning import policy as policy_module
     from agon_lightning.rollout import HFRollout
 
@@ -111,9 +111,15 @@ def levers(module: Any) -> dict[str, tuple[Callable[[bool], contextlib.AbstractC
 
         return both
 
+    def multinomial(probs: torch.Tensor) -> torch.Tensor:
+        return torch.multinomial(probs, 1).squeeze(1)
+
     return {
         "our decode loop instead of generate": (
             lambda on: attribute(module.rollout, "fused_decode", False, on), "play"
+        ),
+        "decode loop: one uniform per row (inverse CDF) instead of torch.multinomial": (
+            lambda on: attribute(decode, "draw", multinomial, on), "play"
         ),
         "generate: sampling with the adapter merged": (
             on_generate(lambda on: attribute(module.rollout, "merge_adapter", False, on)), "play"

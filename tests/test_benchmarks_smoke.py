@@ -83,7 +83,7 @@ def test_mixed_adapter_sampling_matches_one_call_per_adapter(tmp_path):
 
 
 def test_every_lever_switches_off_and_back_on():
-    from agon_lightning import fast_lora
+    from agon_lightning import decode, fast_lora
     from agon_lightning import policy as policy_module
     from agon_lightning.rollout import HFRollout
     from benchmarks.bench_levers import build, levers, step_parts
@@ -95,6 +95,7 @@ def test_every_lever_switches_off_and_back_on():
         HFRollout.__dict__["_shared_prefill"],
         policy_module.shared_prefixes,
         policy_module.adapters_disabled,
+        decode.draw,
     )
     for setting, _ in levers(module).values():
         with setting(False):
@@ -104,6 +105,7 @@ def test_every_lever_switches_off_and_back_on():
         HFRollout.__dict__["_shared_prefill"],
         policy_module.shared_prefixes,
         policy_module.adapters_disabled,
+        decode.draw,
     )
-    assert after == before and module.rollout.merge_adapter
+    assert after == before and module.rollout.merge_adapter and module.rollout.fused_decode
     assert all("forward" in vars(m) for m in fast_lora.lora_layers(module.policy))
