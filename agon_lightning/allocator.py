@@ -6,8 +6,9 @@ come from the heap, whose top is returned to the kernel once more than ``M_TRIM_
 free there. A training step on the CPU allocates and frees activations of a few MB to tens of
 MB in every layer, forward and backward, so the same memory is unmapped and mapped again all
 step long, and the kernel zeroes every page again on its first touch: measured on the default
-job's shape (16 × 8 rollouts of 80 tokens, tiny Qwen3, one thread), 57,000–146,000 page faults
-per update and about a tenth of its CPU time (``python -m benchmarks.bench_levers --allocator``).
+job's shape (16 × 8 rollouts of 80 tokens, tiny Qwen3, one thread), about 100,000 page faults
+per update and 7% of its CPU time (``python -m benchmarks.bench_levers --allocator --prompts 16
+--generations 8 --max-new-tokens 80 --repeats 4``).
 With blocks up to 32 MiB (glibc's largest threshold) served from the heap and the heap kept,
 the faults stop after the first step. The price: the process keeps its peak heap instead of
 shrinking between steps; tensors above 32 MiB are still mapped and unmapped as before.

@@ -8,15 +8,16 @@ same few matrix products whoever calls them, so here it is called directly: each
 ``q, k, v`` projections are one matrix product over their concatenated weights and
 ``gate, up`` another, with the active LoRA adapter merged in (``W + s · B A``, computed into
 new tensors once per call: nothing is written to the model); RMSNorm is one fused op in
-float32; the key/value cache is preallocated and written in place; each distinct prompt is
-prefilled once for the samples that share it; and rows that have finished are dropped from
-the batch, so a batch does not keep paying for its longest completion's early finishers.
+float32; the key/value cache is preallocated, written in place and doubled when full; each
+distinct prompt is prefilled once for the samples that share it; and rows that have finished
+are dropped from the batch, so a batch does not keep paying for its early finishers.
 
 The model's own modules still supply what differs between families (the rotary table, the
-activation, biases, the per-head ``q_norm``/``k_norm`` of Qwen3), and sampling uses
-``transformers``' own temperature, top-k and top-p warpers in ``generate``'s order, so the
-distribution sampled is the one ``generate`` samples. Greedy outputs equal ``generate``'s
-(``tests/test_decode.py``). Anything this loop does not reproduce exactly — another
+activation, biases, the per-head ``q_norm``/``k_norm`` of Qwen3), and sampling applies
+``transformers``' own temperature, top-k and top-p warpers in ``generate``'s order, then draws
+by inverting the cumulative distribution (:func:`draw`), so the distribution sampled is the
+one ``generate`` samples. Greedy outputs equal ``generate``'s (``tests/test_decode.py``). The
+loop is plain torch and runs on any device; on a GPU the fast path is vLLM. Anything this loop does not reproduce exactly — another
 architecture, a sliding window, a length-dependent rotary scaling, a generation config with a
 repetition penalty or banned words, sharded weights, DoRA — is reported by
 :func:`unsupported` and sampled by ``generate`` instead.
@@ -302,9 +303,10 @@ def draw(probs: Tensor) -> Tensor:
     """One token ``[B]`` per row of ``probs`` ``[B, V]``, by inverting the cumulative distribution.
 
     The same distribution as ``torch.multinomial(probs, 1)`` with one uniform number a row
-    instead of one per vocabulary entry (1.6 ms against 0.09 ms for 128 rows of 499 tokens on
-    one CPU thread). The sum runs in float64, so a token's share of it is exact to ~1e-16; a
-    token of probability 0 is never drawn (``right=True`` skips the flat steps of the sum).
+    instead of one per vocabulary entry (the default shape's whole sampling pass takes 0.88× the
+    time with it on one CPU thread: ``python -m benchmarks.bench_levers``). The sum runs in
+    float64, so a token's share of it is exact to ~1e-16; a token of probability 0 is never
+    drawn (``right=True`` skips the flat steps of the sum).
     """
     cdf = probs.double().cumsum(dim=-1)  # [B, V]
     u = torch.rand(probs.shape[0], 1, dtype=cdf.dtype, device=probs.device) * cdf[:, -1:]

@@ -1,9 +1,11 @@
-"""Step time of each rollout backend: HF ``generate`` against one vLLM engine holding both adapters.
+"""Step time of each rollout backend: our decode loop, HF ``generate``, one vLLM engine holding both adapters.
 
 The default job's step (``configs/agon.yaml``: the shipped tiny Qwen3, P = 16 chain-sum
 problems, N = 8 drafts each and 8 challenges, up to 80 new tokens, float32), trained with
-each backend in a fresh process with one torch thread. Completions end at EOS, so the two
-backends do not generate exactly the same number of tokens: the table reports tokens per
+each backend in a fresh process with one torch thread, with ``agon``'s allocator setting.
+``hf`` is ``HFRollout`` as shipped (our decode loop), ``hf_generate`` the same with
+``fused_decode: false`` (``transformers.generate``, adapter merged). Completions end at EOS, so
+the backends do not generate exactly the same number of tokens: the table reports tokens per
 step and generation tokens/s beside the step time. vLLM also pushes both adapters to its
 engine after every step (written as safetensors, registered under new ids); that cost is
 inside its generation time.
@@ -21,7 +23,7 @@ from typing import Any
 from benchmarks.common import StepTimer, median, print_table, spawn, worker_main, write_json
 
 MODULE = "benchmarks.bench_rollout_backends"
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "hf_generate", "vllm")
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
@@ -29,6 +31,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     import lightning as L
     import torch
 
+    from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
     from agon_lightning.module import AgonModule
     from agon_lightning.rollout import HFRollout
@@ -36,12 +39,13 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     from agon_lightning.vllm_rollout import VLLMRollout
 
     steps, backend = config["steps"], config["backend"]
+    reuse_freed_memory()
     L.seed_everything(0, verbose=False)
     # vLLM's default sizes its KV cache from the machine's memory; 1 GiB holds this job many times over.
     rollout = (
-        HFRollout(max_new_tokens=80)
-        if backend == "hf"
-        else VLLMRollout(max_new_tokens=80, kv_cache_memory_gib=1.0)
+        VLLMRollout(max_new_tokens=80, kv_cache_memory_gib=1.0)
+        if backend == "vllm"
+        else HFRollout(max_new_tokens=80, fused_decode=backend == "hf")
     )
     module = AgonModule(
         rollout=rollout,

@@ -24,6 +24,7 @@ def profile(work: Workload, game: str, rows: int) -> str:
     """One warm-up step, then one profiled step of ``AgonModule``; the profiler's tables as text."""
     import lightning as L
 
+    from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.base import ProblemDataModule
     from agon_lightning.module import AgonModule, GRPOOptions
     from agon_lightning.policy import LoraOptions
@@ -39,6 +40,7 @@ def profile(work: Workload, game: str, rows: int) -> str:
         def load_val(self):
             return []
 
+    reuse_freed_memory()  # as `agon fit` runs
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
 
     class Profile(L.Callback):
