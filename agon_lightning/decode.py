@@ -174,6 +174,8 @@ def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None
             return f"attention scaling {attn.scaling} is not head_dim ** -0.5"
     if getattr(lm.get_output_embeddings(), "bias", None) is not None:
         return "an output layer with a bias"
+    if tuple(decoder.embed_tokens.weight.shape) != (config.vocab_size, config.hidden_size):
+        return "sharded weights"
     for module in lm.modules():
         if isinstance(module, LoraLayer):
             weight = module.get_base_layer().weight

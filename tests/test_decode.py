@@ -218,3 +218,15 @@ def test_other_architectures_and_adapter_states(shipped):
         assert decode.current_adapter(policy) is None and decode.unsupported(policy, {}) is None
     policy.set_adapter("beta")
     assert decode.current_adapter(policy) == "beta"
+
+
+def test_sharded_weights_go_to_generate():
+    """Under ZeRO-3 or FSDP a rank holds a shard (or nothing) of each weight: nothing to fuse."""
+    model, _, _ = _family("llama")
+    embed = model.get_base_model().get_decoder().embed_tokens
+    embed.weight = torch.nn.Parameter(torch.zeros(0))
+    assert decode.unsupported(model, {}) == "sharded weights"
+    model, _, _ = _family("llama")
+    down = model.get_base_model().get_decoder().layers[0].mlp.down_proj.get_base_layer()
+    down.weight = torch.nn.Parameter(down.weight.detach().flatten())
+    assert decode.unsupported(model, {}) == "merged or sharded adapter layers"
