@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from agon_lightning.policy import BASE_ADAPTER
+from agon_lightning.policy import BASE_ADAPTER, active_adapter
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # a rotary table that depends on the position only
@@ -215,12 +215,11 @@ def sampling_of(model: nn.Module, generate_kwargs: dict[str, Any]) -> Sampling:
 # ---------------------------------------------------------------------------- weights
 def current_adapter(model: nn.Module) -> str | None:
     """The adapter ``model``'s LoRA layers apply now; ``None`` for adapters off or a model without any."""
-    from peft.tuners.lora.layer import LoraLayer
-
-    layer = next((m for m in model.modules() if isinstance(m, LoraLayer)), None)
-    if layer is None or layer.disable_adapters:
+    try:
+        name = active_adapter(model)
+    except ValueError:  # no LoRA layers: a plain model
         return None
-    return layer.active_adapters[0]
+    return None if name == BASE_ADAPTER else name
 
 
 def _projection(module: nn.Module, adapter: str | None) -> tuple[Tensor, Tensor | None]:
