@@ -13,11 +13,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from agon_lightning import decode
 from agon_lightning.fast_lora import merged_for_sampling
 from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Tell the user ``message`` once per process (a fallback would otherwise repeat every step)."""
+    if message not in _SAID:
+        _SAID.add(message)
+        rank_zero_info(message)
 
 
 @dataclass
@@ -202,9 +212,12 @@ class HFRollout(Rollout):
                 do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None
             )
         rows = None if adapter_names is None else [n for n in adapter_names for _ in range(num_samples)]
-        if self.fused_decode and decode.unsupported(model, kwargs) is None:
+        reason = decode.unsupported(model, kwargs) if self.fused_decode else "fused_decode is off"
+        if reason is None:
             completion = self._decode(model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs)
         else:
+            if self.fused_decode:
+                _say_once(f"HFRollout samples with generate, not the decode loop: {reason}")
             completion = self._generate(model, ids, attn, rows, tokenizer.pad_token_id, kwargs)
         mask, truncated = completion_mask(completion, eos_ids)
         # generate() pads finished rows with pad == eos for many tokenizers: the mask handles it.

@@ -8,6 +8,7 @@ from conftest import build_char_tokenizer
 from torch import Tensor
 
 from agon_lightning import decode
+from agon_lightning import rollout as rollout_module
 from agon_lightning.decode import Sampling
 from agon_lightning.policy import LoraOptions, attach_adapters, base_only, generating, load_base, sample_with
 from agon_lightning.prompts import Prompts
@@ -202,10 +203,16 @@ def test_settings_it_cannot_reproduce_go_to_generate(shipped, monkeypatch):
         monkeypatch.setattr(
             decode, "decode", lambda *a, **k: pytest.fail("the loop ran for an unsupported setting")
         )
+        said: list[str] = []
+        monkeypatch.setattr(rollout_module, "_SAID", set())
+        monkeypatch.setattr(rollout_module, "rank_zero_info", said.append)
         batch = _sample(*shipped, "alpha", fused=True)
+        _sample(*shipped, "alpha", fused=True)
     finally:
         policy.generation_config.no_repeat_ngram_size = 0
     assert len(batch.texts) == 2 * len(CHAINS)
+    # The user is told once why, not every step.
+    assert len(said) == 1 and "not the decode loop" in said[0] and "no_repeat_ngram_size" in said[0]
 
 
 def test_other_architectures_and_adapter_states(shipped):
