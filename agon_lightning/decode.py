@@ -17,10 +17,10 @@ activation, biases, the per-head ``q_norm``/``k_norm`` of Qwen3), and sampling a
 ``transformers``' own temperature, top-k and top-p warpers in ``generate``'s order, then draws
 by inverting the cumulative distribution (:func:`draw`), so the distribution sampled is the
 one ``generate`` samples. Greedy outputs equal ``generate``'s (``tests/test_decode.py``). The
-loop is plain torch and runs on any device; on a GPU the fast path is vLLM. Anything this loop does not reproduce exactly — another
-architecture, a sliding window, a length-dependent rotary scaling, a generation config with a
-repetition penalty or banned words, sharded weights, DoRA — is reported by
-:func:`unsupported` and sampled by ``generate`` instead.
+loop is plain torch and runs on any device; on a GPU the fast path is vLLM. Anything this loop
+does not reproduce exactly — another architecture, a sliding window, a length-dependent rotary
+scaling, a generation config with a repetition penalty or banned words, sharded weights, DoRA
+— is reported by :func:`unsupported` and sampled by ``generate`` instead.
 """
 
 from __future__ import annotations
