@@ -193,15 +193,18 @@ def mask_answers(text: str, values: set[str], mask: str = ANSWER_MASK) -> str:
 
     A mask can leave a neighbour standing alone (``1\\frac{2}{2}`` → ``?\\frac{2}{2}`` when the
     answer is 1), so masking repeats until no token is left. Values the mask itself holds are
-    skipped: they could not be hidden by it (and each pass must shrink what is left to mask).
+    skipped: it could not hide them. With a one-character mask each pass shortens the text or
+    masks a character that was not one, so ``2 * len(text)`` passes always suffice; the bound
+    only matters for a longer custom mask.
     """
     inside_mask = _squeeze(mask)[0]
     values = {value for value in values if _squeeze(value)[0] not in inside_mask}
-    while True:
+    for _ in range(2 * len(text) + 1):
         spans = [(start, end) for start, end in value_spans(text, values) if text[start:end] != mask]
         if not spans:
-            return text
+            break
         text = replace_spans(text, spans, mask)
+    return text
 
 
 def hide_answers(shown: str, draft: str, mask: str = ANSWER_MASK, max_chars: int = 0) -> str | None:
