@@ -8,6 +8,7 @@ These helpers cut that shape apart without ever raising on malformed model outpu
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -37,15 +38,12 @@ def thinking_part(text: str) -> str:
     return head[start + len(THINK_OPEN) :] if start >= 0 else head
 
 
-def last_boxed_span(text: str) -> tuple[int, int, str] | None:
-    """``(start, end, content)`` of the last brace-balanced ``\\boxed{…}`` (or ``\\fbox{…}``).
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_TAG = re.compile(r"</?answer>")
 
-    ``text[start:end]`` is the whole ``\\boxed{…}`` span. Unbalanced braces → ``None``. One
-    pass matches every brace, so adversarial text (thousands of unclosed boxes) stays linear.
-    """
-    starts = [(m.start(), m.end() - 1) for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    if not starts:
-        return None
+
+def _brace_closers(text: str) -> dict[int, int]:
+    """Index of each ``{`` → index of the ``}`` that closes it (unclosed ones are absent)."""
     closing: dict[int, int] = {}
     stack: list[int] = []
     for i, ch in enumerate(text):
@@ -53,6 +51,19 @@ def last_boxed_span(text: str) -> tuple[int, int, str] | None:
             stack.append(i)
         elif ch == "}" and stack:
             closing[stack.pop()] = i
+    return closing
+
+
+def last_boxed_span(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, content)`` of the last brace-balanced ``\\boxed{…}`` (or ``\\fbox{…}``).
+
+    ``text[start:end]`` is the whole ``\\boxed{…}`` span. Unbalanced braces → ``None``. One
+    pass matches every brace, so adversarial text (thousands of unclosed boxes) stays linear.
+    """
+    starts = [(m.start(), m.end() - 1) for m in _BOX_OPEN.finditer(text)]
+    if not starts:
+        return None
+    closing = _brace_closers(text)
     for start, open_brace in reversed(starts):
         end = closing.get(open_brace)
         if end is not None:
@@ -66,6 +77,41 @@ def answer_tag_span(text: str) -> tuple[int, int, str] | None:
     if not matches:
         return None
     return matches[-1].start(), matches[-1].end(), matches[-1].group(1)
+
+
+class AnswerSpan(NamedTuple):
+    """Where a text states an answer: ``text[start:end]`` with its markup, ``text[inner_start:inner_end]`` without."""
+
+    start: int
+    end: int
+    inner_start: int
+    inner_end: int
+
+
+def answer_spans(text: str) -> list[AnswerSpan]:
+    """Every place where ``text`` states an answer, by start.
+
+    These are every ``<answer>`` block and every ``\\boxed{}`` / ``\\fbox{}``, nested ones
+    included, finished or not: a block or box left open runs to the end of the text, and a
+    ``</answer>`` that closes nothing closes a block opened before the text began (as a
+    ``</think>`` does for thinking-only checkpoints). Graders read the last finished one; a
+    summary must hide them all. Linear in ``len(text)``.
+    """
+    spans: list[AnswerSpan] = []
+    opened: list[tuple[int, int]] = []  # (start of the tag, start of its content)
+    for tag in _TAG.finditer(text):
+        if tag.group() == "<answer>":
+            opened.append((tag.start(), tag.end()))
+        else:
+            start, inner = opened.pop() if opened else (0, 0)
+            spans.append(AnswerSpan(start, tag.end(), inner, tag.start()))
+    spans += [AnswerSpan(start, len(text), inner, len(text)) for start, inner in opened]
+    closing = _brace_closers(text)
+    for box in _BOX_OPEN.finditer(text):
+        close = closing.get(box.end() - 1)
+        end, inner_end = (len(text), len(text)) if close is None else (close + 1, close)
+        spans.append(AnswerSpan(box.start(), end, box.end(), inner_end))
+    return sorted(spans)
 
 
 def extract_answer(text: str) -> str | None:
@@ -91,35 +137,3 @@ def remove_final_answer(text: str) -> str:
         if span is not None:
             return (text[: span[0]] + text[span[1] :]).strip()
     return text.strip()
-
-
-ANSWER_MASK = "?"
-# Characters that continue a token: an occurrence of the answer glued to one of these is part of
-# a longer number or word (``12`` inside ``123`` or ``x12``), not the answer itself.
-_WORD = r"[0-9A-Za-z_]"
-
-
-def answer_pattern(answer: str) -> re.Pattern[str] | None:
-    """A regex for ``answer`` as a whole token or expression, whitespace-insensitive.
-
-    ``-56`` matches in ``17,-56`` and ``= -56.``; ``5`` does not match inside ``15``, ``5.2``,
-    ``x5`` or ``2.5``. ``None`` for an answer with nothing to match.
-    """
-    chars = [c for c in answer if not c.isspace()]
-    if not chars:
-        return None
-    body = r"\s*".join(re.escape(c) for c in chars)
-    before = rf"(?<!{_WORD})(?<![0-9]\.)" if re.match(_WORD, chars[0]) else ""
-    after = rf"(?!{_WORD})(?!\.[0-9])" if re.match(_WORD, chars[-1]) else ""
-    return re.compile(before + body + after)
-
-
-def mask_answer(text: str, answer: str | None, mask: str = ANSWER_MASK) -> str:
-    """``text`` with every whole-token occurrence of ``answer`` replaced by ``mask``.
-
-    A summary must not hand the rival the final answer: removing the answer block is not
-    enough when the write-up restates it (``so the answer is 12.``). Digits inside another
-    number are left alone, so the work that leads to the answer stays readable.
-    """
-    pattern = None if answer is None else answer_pattern(answer)
-    return text if pattern is None else pattern.sub(mask, text)

@@ -24,7 +24,13 @@ SHARED_SAMPLE = ROOT.parent / "shared" / "data" / "codecontests" / "codecontests
 
 
 def names(problems) -> list[str]:
-    return [p.metadata["name"] for p in problems]
+    """The problems' names, sorted: the module lists them in its seeded hash order."""
+    return sorted(p.metadata["name"] for p in problems)
+
+
+def by_name(problems, name: str):
+    (problem,) = [p for p in problems if p.metadata["name"] == name]
+    return problem
 
 
 def module(**kwargs) -> CodeContestsDataModule:
@@ -36,14 +42,14 @@ def module(**kwargs) -> CodeContestsDataModule:
 
 def test_rows_become_problems_with_tests_and_limits():
     problems = module().train_problems
-    # File-I/O and test-less problems are dropped; the rest keep the file's order.
+    # File-I/O and test-less problems are dropped.
     assert names(problems) == ["1_A. Sum of two", "2_B. Mean", "3_C. Shout", "6_L. Count down"]
-    first = problems[0]
+    first = by_name(problems, "1_A. Sum of two")
     assert first.question.startswith("Given two integers a and b")
     assert first.answer is None
     assert [t["output"] for t in first.metadata["tests"]] == ["3\n", "0\n", "2000000000000000000\n", "-3\n"]
     assert first.metadata["time_limit"] == 1.0 and first.metadata["memory_limit_bytes"] == 256000000
-    mean, shout = problems[1], problems[2]
+    mean, shout = by_name(problems, "2_B. Mean"), by_name(problems, "3_C. Shout")
     assert mean.metadata["time_limit"] == 2.5
     assert shout.metadata["time_limit"] is None and shout.metadata["memory_limit_bytes"] is None
 
@@ -64,9 +70,9 @@ def test_filters(filters, expected):
 
 
 def test_test_sets_and_max_tests():
-    public_only = module(test_sets=["public_tests"]).train_problems[0]
+    public_only = by_name(module(test_sets=["public_tests"]).train_problems, "1_A. Sum of two")
     assert public_only.metadata["tests"] == [{"input": "1 2\n", "output": "3\n"}]
-    assert len(module(max_tests=2).train_problems[0].metadata["tests"]) == 2
+    assert len(by_name(module(max_tests=2).train_problems, "1_A. Sum of two").metadata["tests"]) == 2
     with pytest.raises(ValueError, match="hidden_tests"):
         module(test_sets=["hidden_tests"])
 
@@ -142,3 +148,22 @@ def test_shipped_config_uses_the_module_prompts():
     assert config["model"]["prompts"]["draft"] == DRAFT_PROMPT
     assert config["model"]["prompts"]["challenge"] == CHALLENGE_PROMPT
     assert config["data"]["class_path"] == "agon_lightning.data.codecontests.CodeContestsDataModule"
+
+
+def test_the_held_out_split_is_sized_disjoint_and_independent_of_row_order(tmp_path):
+    template = json.loads(FIXTURE.read_text().splitlines()[0])
+    rows = [{**template, "name": f"{i}_A. Problem {i}", "cf_rating": 800 + 100 * (i % 8)} for i in range(40)]
+
+    def split(rows, name, **kwargs):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        dm = module(train_path=str(path), val_path=None, val_size=10, sources=["codeforces"], max_rating=1200,
+                    **kwargs)  # fmt: skip
+        return [p.metadata["name"] for p in dm.train_problems], [p.metadata["name"] for p in dm.val_problems]
+
+    train, val = split(rows, "a.jsonl")
+    easy = {row["name"] for row in rows if row["cf_rating"] <= 1200}
+    assert len(val) == 10 and not set(train) & set(val) and set(train) | set(val) == easy
+    assert split(rows[::-1], "reversed.jsonl") == (train, val)
+    assert split(rows, "b.jsonl", train_size=5)[0] == train[:5]
+    assert split(rows, "c.jsonl", split_seed=7)[1] != val

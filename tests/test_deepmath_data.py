@@ -14,6 +14,7 @@ import pytest
 from agon_lightning.data.deepmath import (
     COLUMNS,
     DeepMathDataModule,
+    is_binary_answer,
     read_rows,
     select_problems,
     valid_difficulty,
@@ -37,7 +38,12 @@ def questions(problems) -> set[str]:
 
 
 def rows_where(predicate) -> set[str]:
-    return {r["question"] for r in ROWS if valid_difficulty(r["difficulty"]) is not None and predicate(r)}
+    """Questions of the valid, non-binary fixture rows that satisfy ``predicate``."""
+    return {
+        r["question"]
+        for r in ROWS
+        if valid_difficulty(r["difficulty"]) is not None and r["final_answer"] != "No" and predicate(r)
+    }
 
 
 def test_fixture_has_the_real_schema():
@@ -61,8 +67,9 @@ def test_hard_split_is_difficulty_at_least_7_without_invalid_rows():
     hard = select_problems(read_rows(str(FIXTURE)))
     assert questions(hard) == rows_where(lambda r: r["difficulty"] >= 7)
     assert len(hard) == 11
-    everything = select_problems(read_rows(str(FIXTURE)), min_difficulty=None)
+    everything = select_problems(read_rows(str(FIXTURE)), min_difficulty=None, drop_binary=False)
     assert len(everything) == len(ROWS) - 2  # the null and the 0.0 difficulty rows
+    assert len(select_problems(read_rows(str(FIXTURE)), min_difficulty=None)) == len(ROWS) - 3  # and "No"
     assert "What is $1 + 2$?" not in questions(everything) and "What is $2 + 2$?" not in questions(everything)
 
 
@@ -78,7 +85,7 @@ def test_problems_carry_the_answer_and_metadata():
 
 def test_band_and_topic_filters():
     easy = select_problems(read_rows(str(FIXTURE)), min_difficulty=None, max_difficulty=6.5)
-    assert questions(easy) == rows_where(lambda r: r["difficulty"] <= 6.5) and len(easy) == 4
+    assert questions(easy) == rows_where(lambda r: r["difficulty"] <= 6.5) and len(easy) == 3
     precalc = select_problems(read_rows(str(FIXTURE)), topics=["Mathematics -> Precalculus"])
     assert questions(precalc) == rows_where(lambda r: r["difficulty"] >= 7 and "Precalculus" in r["topic"])
     assert len(precalc) == 2
@@ -103,9 +110,9 @@ def test_held_out_split_is_deterministic_and_disjoint():
     assert questions(split(8)[1]) != questions(val)
 
 
-def test_max_train_takes_a_seeded_sample():
-    dm = DeepMathDataModule(source=str(FIXTURE), val_size=3, max_train=4, batch_size=2)
-    again = DeepMathDataModule(source=str(FIXTURE), val_size=3, max_train=4, batch_size=2)
+def test_train_size_takes_a_seeded_sample():
+    dm = DeepMathDataModule(source=str(FIXTURE), val_size=3, train_size=4, batch_size=2)
+    again = DeepMathDataModule(source=str(FIXTURE), val_size=3, train_size=4, batch_size=2)
     assert len(dm.train_problems) == 4
     assert [p.question for p in dm.train_problems] == [p.question for p in again.train_problems]
     assert not questions(dm.train_problems) & questions(dm.val_problems)
@@ -162,5 +169,60 @@ def test_bad_settings_name_the_value(tmp_path):
         read_rows(str(bad))
     with pytest.raises(ValueError, match="min_difficulty \\(8\\.0\\) must be <= max_difficulty"):
         DeepMathDataModule(min_difficulty=8.0, max_difficulty=7.0)
-    with pytest.raises(ValueError, match="11 problems .* need more than val_size=11"):
+    with pytest.raises(ValueError, match="11 distinct problems pass the filters; need more than val_size=11"):
         DeepMathDataModule(source=str(FIXTURE), val_size=11).setup()
+
+
+@pytest.mark.parametrize(
+    "answer, binary",
+    [
+        ("Yes", True), ("no", True), ("NO", True), ("True", True), ("false", True), (" yes ", True),
+        ("Yes.", True), ("\\text{Yes}", True), ("$\\text{No}$", True), ("\\textbf{True}.", True),
+        ("\\boxed{No}", True), ("\\(\\mathrm{false}\\)", True), ("$$\\text{ yes }$$", True),
+        ("No solution", False), ("None", False), ("Yes, 3", False), ("0", False), ("1", False),
+        ("Converges", False), ("T", False), ("\\text{Neither}", False), ("Yes or no", False), ("", False),
+    ],
+)  # fmt: skip
+def test_binary_answers(answer, binary):
+    assert is_binary_answer(answer) is binary
+
+
+def many_rows(count: int) -> list[dict]:
+    """``count`` rows in the real schema, each its own problem, difficulty 8."""
+    base = ROWS[0]
+    return [{**base, "question": f"Compute {i} + {i}.", "final_answer": str(2 * i), "difficulty": 8.0}
+            for i in range(count)]  # fmt: skip
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_the_papers_split_is_sized_disjoint_and_independent_of_row_order(tmp_path):
+    rows = many_rows(60)
+    shuffled = rows[::-1][::2] + rows[::-1][1::2]
+    repeated = rows + [
+        {**rows[5], "final_answer": "other"},
+        rows[7],
+    ]  # the same question twice is one problem
+
+    def split(rows: list[dict], name: str, seed: int = 1234):
+        dm = DeepMathDataModule(source=write_jsonl(tmp_path / name, rows), min_difficulty=8.0, val_size=10,
+                                train_size=30, split_seed=seed, batch_size=2)  # fmt: skip
+        return [p.question for p in dm.train_problems], [p.question for p in dm.val_problems]
+
+    train, val = split(rows, "a.jsonl")
+    assert len(train) == 30 and len(val) == 10 and not set(train) & set(val)
+    assert split(rows, "again.jsonl") == (train, val)  # two loads
+    assert split(shuffled, "shuffled.jsonl") == (train, val)  # another row order: the same lists
+    assert split(repeated, "repeated.jsonl") == (train, val)  # each repeat dropped, never on both sides
+    assert split(rows, "other_seed.jsonl", seed=7)[1] != val
+
+
+def test_too_few_problems_for_the_training_size_is_logged(tmp_path, caplog):
+    dm = DeepMathDataModule(source=write_jsonl(tmp_path / "few.jsonl", many_rows(12)), min_difficulty=8.0,
+                            val_size=4, train_size=3000, batch_size=2)  # fmt: skip
+    with caplog.at_level("WARNING"):
+        assert len(dm.train_problems) == 8 and len(dm.val_problems) == 4
+    assert "only 8 problems left for training after 4 held out (train_size=3000)" in caplog.text

@@ -108,6 +108,31 @@ def test_the_last_box_after_the_trace_wins(verifier):
     ]
 
 
+def test_answer_tag_reads_the_last_finished_answer_block():
+    """``answer="tag"``: the paper's parsing. ``\\boxed{}`` alone is no answer; the default reads only boxes."""
+    tagged = MathVerifier(timeout_s=LOOSE_S, num_workers=1, answer="tag")
+    head = "<think>\nhmm\n</think>\n\n"
+    cases = {
+        "<answer>12</answer>": (True, "ok", "12"),
+        "<answer>$12.0$</answer>": (True, "ok", "$12.0$"),  # math-verify reads it wrapped in \boxed{}
+        "<answer>\\boxed{\\frac{24}{2}}</answer>": (True, "ok", "\\boxed{\\frac{24}{2}}"),
+        "<answer>10</answer>, no: <answer>12</answer>": (True, "ok", "12"),  # the last block
+        "<answer>12</answer>, no: <answer>10</answer>": (False, "wrong_answer", "10"),
+        "So \\boxed{12}.": (False, "no_answer", None),  # a box is no tag
+        "So <answer>12": (False, "no_answer", None),  # left open: cut off
+    }
+    try:
+        verdicts = tagged.verify_batch([head + c for c in cases], [problem("12")] * len(cases))
+        assert [(v.correct, v.reason, v.extracted) for v in verdicts] == list(cases.values())
+        in_trace = "<think>\n<answer>12</answer>\n</think>\n\nnot sure"
+        assert tagged.verify(in_trace, problem("12")).reason == "no_answer"
+    finally:
+        tagged.close()
+    assert MathVerifier().answer == "boxed"
+    with pytest.raises(ValueError, match="answer must be one of \\('tag', 'boxed'\\), got 'xml'"):
+        MathVerifier(answer="xml")
+
+
 def test_gold_goes_first(verifier):
     # math-verify accepts an interval for an inequality gold, not an inequality for an interval gold.
     assert verifier.verify(qwen3("(1, 2)"), problem("1 < x < 2")).correct

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agon_lightning.summarizers.qwen3 import _BOX_OPEN, Qwen3Summarizer, remove_boxed
-from agon_lightning.text import answer_pattern, mask_answer
+from agon_lightning.summarizers.hiding import mask_answers, readings
+from agon_lightning.summarizers.qwen3 import Qwen3Summarizer, drop_empty_math
 from agon_lightning.types import Problem
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepmath_fixture.jsonl"
@@ -29,9 +29,13 @@ DRAFT = f"{TRACE}\n\n{SUMMARY}\n\n\\[\n\\boxed{{\\frac{{1}}{{2}}}}\n\\]"
         ("<think>a</think>old <think>b</think>\n\nnew write-up $\\boxed{2}$.", "new write-up ."),
         (
             "<think>x</think>First $\\boxed{1}$, corrected: $$\\boxed{\\dfrac{1}{2}}$$ done.",
-            "First , corrected:  done.",
+            "First , corrected: done.",
         ),
-        ("<think>x</think>Parts: (a) \\boxed{3} and (b) \\fbox{4}.", "Parts: (a)  and (b) ."),
+        ("<think>x</think>Parts: (a) \\boxed{3} and (b) \\fbox{4}.", "Parts: (a) and (b) ."),
+        (
+            "<think>x</think>It is $3$, then $4$: <answer>7</answer>",
+            "It is $3$, then $4$:",
+        ),  # the paper's tag
         ("<think>x</think>So the answer is \\boxed{\\frac{1}{", "So the answer is"),  # cut off mid-answer
         ("<think>x</think>\\(\\boxed{7}\\)\n\n\n\nEnd.", "End."),
     ],
@@ -69,18 +73,20 @@ def test_fixture_solutions_lose_trace_and_answer(row):
     trace = draft.split("</think>")[0].removeprefix("<think>").strip()
     answer = row["final_answer"]
     assert summary and trace not in summary
-    assert summary.replace("?", "") != "" and answer_pattern(answer).search(summary) is None
     # The write-up as it was, except that each restatement of the answer reads "?".
-    assert mask_answer(summary, answer) == summary and "\\boxed" not in summary and "\\[" not in summary
+    assert summary.replace("?", "") != "" and mask_answers(summary, readings(answer)) == summary
+    assert "\\boxed" not in summary and "\\[" not in summary
 
 
 @given(
     st.lists(
-        st.sampled_from(["\\boxed{", "\\fbox {", "{", "}", "$", "$$", "\\[", "\\]", "x", " ", "\n"])
+        st.sampled_from(["\\boxed{", "\\fbox {", "{", "}", "$", "$$", "\\[", "\\]", "x", "7", " ", "\n"])
     ).map("".join)
 )
-def test_no_box_survives_removal(text):
-    assert _BOX_OPEN.search(remove_boxed(text)) is None
+def test_no_box_survives_and_no_empty_math_is_left(text):
+    summary = Qwen3Summarizer().summarize(f"<think>a</think>{text}<answer>7</answer>", P)
+    assert "\\boxed" not in summary and "\\fbox" not in summary
+    assert drop_empty_math(summary) == summary  # no empty delimiters left
 
 
 @given(st.text(max_size=200), st.booleans())

@@ -10,7 +10,13 @@ go to ``metadata``, where :class:`~agon_lightning.verifiers.code.CodeVerifier` r
 
 Problems that read or write named files (``input_file`` / ``output_file``) are dropped: the
 judge feeds stdin and reads stdout. ``difficulty`` is the raw proto enum (A=7 ... K=17, then
-L=19: 18 is unused), so filters accept either the integer or the letter.
+L=19: 18 is unused), so filters accept either the integer or the letter; ``cf_rating`` is the
+Codeforces rating (800 = easiest; 0 = unrated), which ``configs/codecontests_qwen3.yaml`` uses to
+define the paper's "easy subset".
+
+Without ``val_path`` the held-out problems are carved out of the training source, ranked by a
+hash of each problem's name (:mod:`agon_lightning.data.sampling`): the same filters and seed
+give the same split from any row order.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agon_lightning.data.base import SplitSourceDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule
 from agon_lightning.data.reader import read_rows
+from agon_lightning.data.sampling import seeded_split
 from agon_lightning.types import Problem
 
 HUB_ID = "deepmind/code_contests"
@@ -111,13 +118,15 @@ class CodeContestsDataModule(SplitSourceDataModule):
         val_path: Same forms as ``train_path``; ``None`` holds out ``val_size`` training problems.
         val_split: Split to load when ``val_path`` is a Hub id.
         val_size: Problems held out of training when ``val_path`` is ``None``.
+        split_seed: Seed of the sample of held-out and training problems.
         difficulties: Keep only these difficulties (enum integers or letters, e.g. ``["A", "B"]``).
         min_rating: Keep only problems with ``cf_rating >= min_rating`` (drops unrated ones).
         max_rating: Keep only problems with ``cf_rating <= max_rating`` (drops unrated ones).
         sources: Keep only these sources (enum integers or names, e.g. ``["codeforces"]``).
         test_sets: Which test lists the verifier runs, in order.
         max_tests: Keep at most this many tests per problem (generated tests can run to hundreds).
-        limit: Keep at most this many training problems (after filtering).
+        train_size: Keep a seeded sample of at most this many training problems (after
+            filtering; ``None``: all).
     """
 
     def __init__(
@@ -127,13 +136,14 @@ class CodeContestsDataModule(SplitSourceDataModule):
         val_path: str | None = HUB_ID,
         val_split: str = "valid",
         val_size: int = 50,
+        split_seed: int = 1234,
         difficulties: list[int | str] | None = None,
         min_rating: int | None = None,
         max_rating: int | None = None,
         sources: list[int | str] | None = None,
         test_sets: list[str] | None = None,
         max_tests: int | None = 20,
-        limit: int | None = None,
+        train_size: int | None = None,
         batch_size: int = 4,
         val_batch_size: int = 16,
         seed: int = 0,
@@ -150,11 +160,12 @@ class CodeContestsDataModule(SplitSourceDataModule):
             raise ValueError(f"max_tests must be >= 1 or None, got {max_tests}")
         self.train_path, self.train_split = train_path, train_split
         self.val_path, self.val_split, self.val_size = val_path, val_split, val_size
+        self.split_seed = split_seed
         self.difficulties = None if difficulties is None else {difficulty_code(d) for d in difficulties}
         self.sources = None if sources is None else {source_code(s) for s in sources}
         self.min_rating, self.max_rating = min_rating, max_rating
         self.max_tests = max_tests
-        self.limit = limit
+        self.train_size = train_size
 
     def keep(self, row: dict[str, Any]) -> bool:
         """Whether a row passes the filters (and can be judged on stdin/stdout with tests)."""
@@ -182,7 +193,13 @@ class CodeContestsDataModule(SplitSourceDataModule):
     def load_splits(self) -> tuple[list[Problem], list[Problem]]:
         # Read the training source once; carve the held-out set from it when there is no val_path.
         problems = self.load(self.train_path, self.train_split)
+        where = f"CodeContests {self.train_path!r}"
         if self.val_path:
-            return problems[: self.limit], self.load(self.val_path, self.val_split)
-        train, val = split_holdout(problems, self.val_size, self.seed)
-        return train[: self.limit], val
+            train, _ = seeded_split(problems, name_identity, 0, self.train_size, self.split_seed, where)
+            return train, self.load(self.val_path, self.val_split)
+        return seeded_split(problems, name_identity, self.val_size, self.train_size, self.split_seed, where)
+
+
+def name_identity(problem: Problem) -> str:
+    """What makes two CodeContests rows one problem: its name (``"1374_B. Multiply by 2..."``)."""
+    return problem.metadata.get("name") or problem.question

@@ -11,7 +11,9 @@ class Summarizer(ABC):
     """Turns a drafter's completion into the text shown to the challenger.
 
     ``truncated`` says whether the draft hit ``max_new_tokens``; a draft cut off inside its
-    reasoning has no summary to give.
+    reasoning, or before it stated its answer, has no summary to give. A summary never holds
+    an answer the draft gives: the built-ins share one rule for that
+    (:mod:`agon_lightning.summarizers.hiding`), which a new summarizer can reuse.
     """
 
     @abstractmethod

@@ -1,30 +1,35 @@
 """The built-in summarizers: the paper's post-reasoning summary, and two ablations.
 
-- ``StripTraceSummarizer``: the text after the reasoning trace with the final answer cut
-  out. The challenger sees *how* the drafter summarised its work, never its raw thinking
-  or its answer, so it cannot simply copy.
-- ``FullSummarizer``: the whole draft, trace included (an ablation: maximal exchange).
+- ``StripTraceSummarizer``: the text after the reasoning trace with the answer cut out. The
+  challenger sees *how* the drafter summarised its work, never its raw thinking or its
+  answer, so it cannot simply copy.
+- ``FullSummarizer``: the whole draft, trace included, answer cut out (an ablation: maximal
+  exchange).
 - ``HiddenSummarizer``: nothing (the paper's "competition without visible exchange").
 
-No summary holds the draft's final answer: besides the answer block, every further
-whole-token occurrence of the answer the draft gives is masked (:func:`~agon_lightning.text.mask_answer`).
+What counts as the answer, and what is masked besides, is one rule for every summarizer
+(:mod:`agon_lightning.summarizers.hiding`): every answer span the draft has (each
+``<answer>`` block and ``\\boxed{}``, finished or left open) is cut, every token that
+normalises to one of their contents (``114.0``, ``+114``, ``\\frac{228}{2}`` for ``114``) reads
+``?``, and a draft that states no answer after its trace has no summary at all.
 """
 
 from __future__ import annotations
 
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.text import ANSWER_MASK, after_thinking, extract_answer, mask_answer, remove_final_answer
+from agon_lightning.summarizers.hiding import ANSWER_MASK, hide_answers
+from agon_lightning.text import after_thinking
 from agon_lightning.types import Problem
 
 
 class StripTraceSummarizer(Summarizer):
-    """Everything after the last ``</think>``, minus the final-answer span.
+    """Everything after the last ``</think>``, every answer span cut, restatements masked.
 
     Args:
         max_chars: Truncate summaries longer than this (0 = no limit).
         empty_text: What the challenger reads when there is no summary (a draft cut off
-            inside its trace, or one with nothing after it).
-        mask: What replaces each further occurrence of the draft's final answer.
+            inside its trace, one that states no answer, or one with nothing besides it).
+        mask: What replaces each restatement of an answer the draft gives.
     """
 
     def __init__(self, max_chars: int = 0, empty_text: str = "", mask: str = ANSWER_MASK) -> None:
@@ -37,26 +42,22 @@ class StripTraceSummarizer(Summarizer):
     def summarize(self, draft: str, problem: Problem, truncated: bool = False) -> str:
         tail = after_thinking(draft)
         # A trace still open at the end was cut off: there is no post-reasoning summary.
-        if tail is None:
-            return self.empty_text
-        summary = mask_answer(remove_final_answer(tail), extract_answer(draft), self.mask)
-        if self.max_chars:
-            summary = summary[: self.max_chars]
+        summary = None if tail is None else hide_answers(tail, draft, self.mask, self.max_chars)
         return summary or self.empty_text
 
 
 class FullSummarizer(Summarizer):
-    """The whole draft, trace included, with its final answer masked wherever it appears.
+    """The whole draft, trace included, every answer span cut and restatements masked.
 
     Args:
-        mask: What replaces each occurrence of the draft's final answer.
+        mask: What replaces each restatement of an answer the draft gives.
     """
 
     def __init__(self, mask: str = ANSWER_MASK) -> None:
         self.mask = mask
 
     def summarize(self, draft: str, problem: Problem, truncated: bool = False) -> str:
-        return mask_answer(draft.strip(), extract_answer(draft), self.mask)
+        return hide_answers(draft, draft, self.mask) or ""
 
 
 class HiddenSummarizer(Summarizer):

@@ -1,63 +1,76 @@
 """What a challenger reads of a code draft: the approach, without the program.
 
 The game shows the challenger the drafter's post-reasoning summary with the final answer
-removed; for code, the final answer is the program. Handing over the program would turn the
-challenge into copy-and-resubmit, so by default the summary is the prose after the ``<think>``
-trace with the submitted block cut out (or every code block, or none, as configured).
+removed; for code, the final answer is the program. Handing it over would turn the challenge
+into copy-and-resubmit, so the answer rule every summarizer follows
+(:mod:`agon_lightning.summarizers.hiding`) reads here: the draft's answers are its program
+blocks after the ``<think>`` trace — every fenced block the verifier could run (a fence in
+``languages``; with ``remove="all_code"`` any fence), including one left open, which runs to
+the end. Every one is cut, every line of one that the prose repeats goes too, and a draft with
+no program block (not even one cut off) has no summary: no runnable copy of a program the
+draft wrote is left for the challenger, only its prose.
 """
 
 from __future__ import annotations
 
 import re
 
-from agon_lightning.code.judge import BLOCK_CHOICES, PYTHON_LANGUAGES, code_blocks, find_program
+from agon_lightning.code.judge import PYTHON_LANGUAGES, code_blocks
 from agon_lightning.summarizers.base import Summarizer
+from agon_lightning.summarizers.hiding import replace_spans
 from agon_lightning.text import after_thinking
 from agon_lightning.types import Problem
 
 REMOVE_CHOICES = ("program", "all_code", "none")
-_OPEN_FENCE = re.compile(r"^[ \t]*`{3,}", re.MULTILINE)
+_FENCE_LINE = re.compile(r"^[ \t]*`{3,}[ \t]*([^\s`]*)[^\n]*$", re.MULTILINE)
 
 
-def cut_unclosed_fence(text: str) -> str:
-    """``text`` up to a fence that never closes (a draft cut off mid-program)."""
-    fences = list(_OPEN_FENCE.finditer(text))
-    return text[: fences[-1].start()] if len(fences) % 2 else text
+def program_spans(text: str, languages: list[str] | None) -> list[tuple[int, int, str]]:
+    """``(start, end, body)`` of each fenced block of ``text`` in ``languages`` (``None``: any).
+
+    A fence that no later fence closes opens a block that runs to the end of ``text`` (a draft
+    cut off mid-program); it counts when its language does.
+    """
+    closed = code_blocks(text, languages=None)
+    runnable = {block[:2] for block in code_blocks(text, languages)}
+    spans = [block for block in closed if block[:2] in runnable]
+    for fence in _FENCE_LINE.finditer(text):
+        if not any(start <= fence.start() < end for start, end, _ in closed):
+            wanted = languages is None or fence[1].lower() in {language.lower() for language in languages}
+            if wanted:
+                spans.append((fence.start(), len(text), text[fence.end() + 1 :]))
+            break  # everything after an unclosed fence is inside it
+    return spans
 
 
 class CodeSummarizer(Summarizer):
     """The draft's approach without its program.
 
     Args:
-        remove: ``"program"`` cuts the block the verifier would run; ``"all_code"`` cuts every
-            fenced block (any language); ``"none"`` keeps them (an ablation: the challenger
-            then sees the drafter's code).
+        remove: ``"program"`` cuts every block the verifier could run (a fence in
+            ``languages``); ``"all_code"`` cuts every fenced block (any language); ``"none"``
+            keeps them (an ablation: the challenger then sees the drafter's code).
         languages: Fence languages that hold the program (as for the code verifier).
-        block: Which block is the program: ``"last"``, ``"first"`` or ``"longest"``.
         placeholder: Text left where a block was cut (``""`` leaves nothing).
         max_chars: Keep at most this many characters of the summary (0 = no limit).
         empty_text: What the challenger reads when there is no summary (a draft cut off
-            inside its trace, or one that was nothing but its program).
+            inside its trace, one with no program, or one that was nothing but its program).
     """
 
     def __init__(
         self,
         remove: str = "program",
         languages: list[str] | None = None,
-        block: str = "last",
         placeholder: str = "",
         max_chars: int = 0,
         empty_text: str = "",
     ) -> None:
         if remove not in REMOVE_CHOICES:
             raise ValueError(f"remove must be one of {REMOVE_CHOICES}, got {remove!r}")
-        if block not in BLOCK_CHOICES:
-            raise ValueError(f"block must be one of {BLOCK_CHOICES}, got {block!r}")
         if max_chars < 0:
             raise ValueError(f"max_chars must be >= 0, got {max_chars}")
         self.remove = remove
         self.languages = list(PYTHON_LANGUAGES) if languages is None else languages
-        self.block = block
         self.placeholder = placeholder
         self.max_chars = max_chars
         self.empty_text = empty_text
@@ -66,18 +79,23 @@ class CodeSummarizer(Summarizer):
         text = after_thinking(draft)
         if text is None:  # cut off inside its reasoning: no summary to give
             return self.empty_text
-        if self.remove == "program":
-            found = find_program(text, self.languages, self.block)
-            spans = [] if found is None else [found[:2]]
-        elif self.remove == "all_code":
-            spans = [block[:2] for block in code_blocks(text, languages=None)]
-        else:
-            spans = []
-        for start, end in reversed(spans):
-            text = text[:start] + self.placeholder + text[end:]
         if self.remove != "none":
-            text = cut_unclosed_fence(text)  # a draft cut off mid-program keeps its prose only
-        text = re.sub(r"\n{3,}", "\n\n", text).strip()
+            text = self._without_programs(text)
+        text = re.sub(r"\n{3,}", "\n\n", text or "").strip()
         if self.max_chars:
             text = text[: self.max_chars]
         return text or self.empty_text
+
+    def _without_programs(self, text: str) -> str | None:
+        """``text`` with every program block and each line of one restated cut (``None``: no program)."""
+        languages = None if self.remove == "all_code" else self.languages
+        spans = program_spans(text, languages)
+        if not any(body.strip() for _, _, body in spans):
+            return None
+        lines: set[str] = set()
+        # Cutting can leave fences that pair up anew: cut until none is left (each pass removes one).
+        while spans:
+            lines |= {line.strip() for _, _, body in spans for line in body.splitlines() if line.strip()}
+            text = replace_spans(text, [span[:2] for span in spans], self.placeholder)
+            spans = program_spans(text, languages)
+        return "\n".join(line for line in text.split("\n") if line.strip() not in lines)

@@ -2,7 +2,9 @@
 
 Grading follows the DeepMath authors' reward: only the text after the last ``</think>``
 counts; its last ``\\boxed{…}`` is the answer; the gold answer is wrapped as ``\\boxed{gold}``
-and passed to math-verify *first* (its comparison is not symmetric).
+and passed to math-verify *first* (its comparison is not symmetric). ``answer="tag"`` reads the
+answer from the last finished ``<answer>…</answer>`` instead, as the Agon paper does; either
+way the answer goes to math-verify wrapped in ``\\boxed{}``.
 
 Why worker processes: math-verify bounds its own work with ``SIGALRM``, which works only in
 the main thread of the main interpreter, not wherever a trainer happens to call a verifier.
@@ -21,26 +23,34 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from agon_lightning.text import THINK_CLOSE, after_thinking, last_boxed_span
+from agon_lightning.text import THINK_CLOSE, after_thinking, answer_tag_span, last_boxed_span
 from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.workers import BoundedPool
 
 log = logging.getLogger(__name__)
 
+ANSWER_PLACES = ("tag", "boxed")
+
 
 def grade(
-    gold: str, tail: str, float_rounding: int, numeric_precision: int, strict: bool
+    gold: str,
+    tail: str,
+    float_rounding: int,
+    numeric_precision: int,
+    strict: bool,
+    answer: Literal["tag", "boxed"] = "boxed",
 ) -> tuple[str, str | None]:
     """``(reason, extracted)`` of the text after the trace: ``"ok"``, ``"wrong_answer"``, ``"no_answer"``.
 
-    The last ``\\boxed{…}`` of ``tail`` is the answer; ``\\boxed{gold}`` goes to math-verify
-    first. Runs unbounded (even finding the box is quadratic in a degenerate tail): call it
-    in a worker the caller can kill.
+    The answer is the last ``\\boxed{…}`` of ``tail`` (``answer="boxed"``) or its last
+    ``<answer>…</answer>`` (``"tag"``); ``\\boxed{gold}`` goes to math-verify first. Runs
+    unbounded (even finding the box is quadratic in a degenerate tail): call it in a worker
+    the caller can kill.
     """
-    span = last_boxed_span(tail)
+    span = answer_tag_span(tail) if answer == "tag" else last_boxed_span(tail)
     answer = span[2].strip() if span is not None else ""
     if not answer:
         return "no_answer", None
@@ -79,6 +89,11 @@ class MathVerifier(Verifier):
         float_rounding: Decimal places math-verify rounds floats to.
         numeric_precision: Significant digits for math-verify's numeric comparison.
         strict: math-verify's strict mode (variables matter; sets and tuples differ).
+        answer: Where the answer is read from, after the trace: ``"boxed"`` (default), the
+            last ``\\boxed{…}``, as in the DeepMath authors' reward and Qwen3's own habit, so
+            the verifier grades what DeepMath's R1 solutions and an un-prompted Qwen3 write;
+            ``"tag"``, the last ``<answer>…</answer>``, as the Agon paper parses it (its
+            configs ask for the tag in the prompt and set this).
     """
 
     def __init__(
@@ -89,11 +104,15 @@ class MathVerifier(Verifier):
         float_rounding: int = 6,
         numeric_precision: int = 15,
         strict: bool = True,
+        answer: Literal["tag", "boxed"] = "boxed",
     ) -> None:
+        if answer not in ANSWER_PLACES:
+            raise ValueError(f"answer must be one of {ANSWER_PLACES}, got {answer!r}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
         if num_workers is not None and num_workers < 1:
             raise ValueError(f"num_workers must be >= 1 or None (automatic), got {num_workers}")
+        self.answer = answer
         self.timeout_s = timeout_s
         self.num_workers = num_workers or min(4, os.cpu_count() or 1)
         self.require_thinking = require_thinking
@@ -115,7 +134,7 @@ class MathVerifier(Verifier):
             )
         verdicts: list[Verdict | None] = []
         checks: list[tuple[int, tuple[Any, ...]]] = []  # (index, grade's arguments) for the workers
-        options = (self.float_rounding, self.numeric_precision, self.strict)
+        options = (self.float_rounding, self.numeric_precision, self.strict, self.answer)
         for completion, problem in zip(completions, problems, strict=True):
             if problem.answer is None or not problem.answer.strip():
                 raise ValueError(f"MathVerifier needs a gold answer; {problem.question[:60]!r} has none")

@@ -1,0 +1,66 @@
+"""Reproducible train / held-out samples, independent of the order of the source's rows.
+
+Shuffling row indices with a seed gives a split that changes whenever the rows come in
+another order (another shard layout, another Parquet writer, a filter applied upstream). Here
+each problem is ranked by a hash of its identity (a DeepMath question's text, a CodeContests
+problem's name) and the seed: the held-out set is the ``val_size`` lowest-ranked problems and
+the training set the next ``train_size``, so the same source, filters and seed give the same
+split from any row order, on every rank. Problems with the same identity are one problem: all
+but one are dropped first, so none is on both sides of the split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+
+from agon_lightning.types import Problem
+
+log = logging.getLogger(__name__)
+
+
+def rank(identity: str, seed: int) -> bytes:
+    """The position of a problem in the seed's order: SHA-256 of the seed and its identity."""
+    return hashlib.sha256(f"{seed}\0{identity}".encode()).digest()
+
+
+def seeded_split(
+    problems: list[Problem],
+    identity: Callable[[Problem], str],
+    val_size: int,
+    train_size: int | None,
+    seed: int,
+    name: str,
+) -> tuple[list[Problem], list[Problem]]:
+    """``(train, val)``: ``val_size`` held-out problems and up to ``train_size`` training ones.
+
+    Both lists come in the seed's hash order. A shortfall of training problems is logged, not
+    hidden; too few problems for the held-out set is an error.
+
+    Args:
+        problems: The filtered problems, in any order.
+        identity: What makes two problems the same (the question, a name).
+        val_size: Held-out problems.
+        train_size: Training problems (``None``: all the rest).
+        seed: Seed of the order.
+        name: The source, for messages.
+    """
+    ranked = sorted(problems, key=lambda p: (rank(identity(p), seed), identity(p), p.answer or ""))
+    unique = [p for i, p in enumerate(ranked) if i == 0 or identity(p) != identity(ranked[i - 1])]
+    if len(unique) < len(ranked):
+        log.info("%s: dropped %d repeated problems", name, len(ranked) - len(unique))
+    if len(unique) <= val_size:
+        raise ValueError(
+            f"{name}: {len(unique)} distinct problems pass the filters; need more than val_size={val_size}"
+        )
+    val, rest = unique[:val_size], unique[val_size:]
+    if train_size is not None and len(rest) < train_size:
+        log.warning(
+            "%s: only %d problems left for training after %d held out (train_size=%d)",
+            name,
+            len(rest),
+            val_size,
+            train_size,
+        )
+    return rest[:train_size], val
