@@ -43,7 +43,13 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
 
 EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "agon": {},
-    "grpo": {"model.game": "grpo", "model.grpo.num_generations": 16},
+    "grpo": {"model.game": "grpo", "model.grpo.num_generations": 16, "model.evaluate_self_cascade": True},
+    "grpo_self_cascade": {
+        "model.game": "grpo",
+        "model.grpo.num_generations": 16,
+        "model.evaluate_self_cascade": True,
+        "model.deployed": "cascade_aa",
+    },
     "grpo_n": {"model.game": "grpo", "model.grpo.num_generations": 8},
     "cooperative": {"model.reward.class_path": "agon_lightning.rewards.CorrectnessReward"},
     "no_exchange": {
@@ -53,6 +59,18 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "fixed_roles": {"model.schedule": "fixed"},
     "self_play": {"model.schedule": "self_play"},
     "moa_untrained": {"model.game": "grpo", "model.evaluate_moa": True},
+    "zero_shot": {"model.game": "grpo"},
+    "self_refine": {
+        "model.schedule": "self_play",
+        "model.reward.class_path": "agon_lightning.rewards.CorrectnessReward",
+    },
+    "shared_opponent": {
+        "model.pairing": "shared",
+        "model.summarizer.class_path": "agon_lightning.summarizers.basic.HiddenSummarizer",
+        "model.prompts.challenge": "{question}{summary}",
+    },
+    "margin": {"model.reward.init_args.form": "margin"},
+    "tiebreak": {"model.reward.init_args.length_tiebreak": 0.5},
 }
 
 
