@@ -219,7 +219,7 @@ class CascadeEvaluator(nn.Module):
             {key: {"text": outputs[key].texts[i], "correct": verdicts[key][i].correct} for key in outputs}
             for i in range(n)
         ]
-        self.outcomes += [outcome_record(p, i, rows, self.stats) for i, p in enumerate(problems)]
+        self.outcomes += [outcome_record(p, i, rows, self.stats, self.deployed_key) for i, p in enumerate(problems)]
 
     def compute(self) -> dict[str, float]:
         """``val/[SPLIT/]KEY/STAT`` for every key, stat and split seen, with the ratios; resets the metrics."""
@@ -255,12 +255,16 @@ class CascadeEvaluator(nn.Module):
 
 
 def outcome_record(
-    problem: Problem, i: int, rows: dict[str, list[dict[str, float]]], stats: dict[str, tuple[str, ...]]
+    problem: Problem,
+    i: int,
+    rows: dict[str, list[dict[str, float]]],
+    stats: dict[str, tuple[str, ...]],
+    deployed: str,
 ) -> dict[str, Any]:
-    """One line of ``outcomes.jsonl``: question, split, and per key ``KEY`` (right?), ``KEY/length``,
-    ``KEY/wall_s``; for cascades also ``KEY/draft_tokens``, ``KEY/challenger_prompt_tokens``,
-    ``KEY/challenger_tokens``, ``KEY/converted`` and ``KEY/regressed``."""
-    record: dict[str, Any] = {"question": problem.question, "split": split_of(problem)}
+    """One line of ``outcomes.jsonl``: question, split, the deployed key's name, and per key ``KEY``
+    (right?), ``KEY/length``, ``KEY/wall_s``; for cascades also ``KEY/draft_tokens``,
+    ``KEY/challenger_prompt_tokens``, ``KEY/challenger_tokens``, ``KEY/converted`` and ``KEY/regressed``."""
+    record: dict[str, Any] = {"question": problem.question, "split": split_of(problem), "deployed": deployed}
     for key, key_rows in rows.items():
         if key == OVERLAP:  # the adapters' own booleans give it, problem by problem
             continue
