@@ -219,7 +219,9 @@ class CascadeEvaluator(nn.Module):
             {key: {"text": outputs[key].texts[i], "correct": verdicts[key][i].correct} for key in outputs}
             for i in range(n)
         ]
-        self.outcomes += [outcome_record(p, i, rows, self.stats, self.deployed_key) for i, p in enumerate(problems)]
+        self.outcomes += [
+            outcome_record(p, i, rows, self.stats, self.deployed_key) for i, p in enumerate(problems)
+        ]
 
     def compute(self) -> dict[str, float]:
         """``val/[SPLIT/]KEY/STAT`` for every key, stat and split seen, with the ratios; resets the metrics."""
