@@ -5,8 +5,9 @@ One training step on P problems:
 1. the *drafter* samples N rollouts per problem and is graded on correctness (GRPO);
 2. the summarizer turns each draft a_i into what the challenger may read;
 3. the *challenger* answers each problem once per draft, reading its summary, so its N
-   answers b_i form a group too, and is graded by the reward component (correctness +
-   conversion bonus + optional length tiebreak);
+   answers b_i form a group too (``pairing: shared`` has all N read the problem's first draft
+   instead), and is graded by the reward component (correctness + conversion bonus +
+   optional length tiebreak + format);
 4. both adapters are updated in one joint backward through one optimizer (one parameter
    group per adapter), so every trainable parameter takes part in every backward (DDP
    needs no unused-parameter search, DeepSpeed gets the single optimizer it accepts).
@@ -37,7 +38,7 @@ from agon_lightning.grpo import (
     sampler_correction,
     token_logprobs,
 )
-from agon_lightning.pipeline import challenge, solve_batch
+from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.policy import (
     BASE_ADAPTER,
     LoraOptions,
@@ -54,9 +55,9 @@ from agon_lightning.policy import (
     sample_with,
 )
 from agon_lightning.prompts import Prompts
-from agon_lightning.rewards import CompetitiveReward, Reward
+from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
 from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
-from agon_lightning.schedule import SCHEDULES, adapters_for, roles_for_step
+from agon_lightning.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
 from agon_lightning.shared_prompt import sample_groups
 from agon_lightning.strategies import full_parameters
 from agon_lightning.summarizers.base import Summarizer
@@ -137,7 +138,7 @@ class RoleRollout:
 
     @property
     def correct(self) -> Tensor:
-        return torch.tensor([v.correct for v in self.verdicts], dtype=torch.float32)
+        return _correct(self.verdicts)
 
 
 @dataclass
@@ -149,6 +150,15 @@ class StepRecord:
     draft: RoleRollout
     summaries: list[str] = field(default_factory=list)
     challenge: RoleRollout | None = None
+    # Row i: the draft challenge i read and was graded against (see schedule.opponent_rows).
+    opponents: Tensor | None = None
+    reward_terms: dict[str, float] = field(default_factory=dict)  # RoleRewards.metrics()
+
+    @property
+    def opponent_correct(self) -> Tensor:
+        """``[P * N]`` correctness of the draft each challenge was paired with."""
+        c = self.draft.correct
+        return c if self.opponents is None else c[self.opponents]
 
 
 class AgonModule(L.LightningModule):
@@ -160,6 +170,9 @@ class AgonModule(L.LightningModule):
         dtype: ``float32`` | ``bfloat16`` | ``float16`` for the base weights.
         game: ``agon`` (drafter + challenger) or ``grpo`` (one adapter, drafts only).
         schedule: ``rotate`` | ``fixed`` | ``self_play`` (see :mod:`agon_lightning.schedule`).
+        pairing: Which draft each challenge reads and is graded against: ``per_rollout``
+            (challenge i ↔ draft i) or ``shared`` (every challenge of a problem ↔ its first
+            draft; see :func:`agon_lightning.schedule.opponent_rows`).
         lora: Adapter settings.
         grpo: Policy-gradient settings.
         rollout: Sampling backend and settings.
@@ -177,6 +190,11 @@ class AgonModule(L.LightningModule):
             steps in a row stop training with an error.
         evaluate_moa: Also evaluate ``moa``: the untrained base drafting and answering after
             reading its own summary (the Mixture-of-Agents reference).
+        evaluate_self_cascade: With one adapter, also evaluate ``cascade_aa``: it drafts, then
+            answers after reading its own draft's summary (GRPO's two-pass self-cascade).
+        deployed: The evaluator key reported as ``val/deployed/*`` (and monitored by the
+            checkpoint), fixed before training; ``None``: ``cascade_ab`` for two adapters
+            (alpha drafts), ``cascade_aa`` for ``self_play``, ``alpha`` for GRPO.
     """
 
     def __init__(
@@ -185,6 +203,7 @@ class AgonModule(L.LightningModule):
         dtype: str = "float32",
         game: Literal["agon", "grpo"] = "agon",
         schedule: Literal["rotate", "fixed", "self_play"] = "rotate",
+        pairing: Literal["per_rollout", "shared"] = "per_rollout",
         lora: LoraOptions = LoraOptions(),
         grpo: GRPOOptions = GRPOOptions(),
         rollout: Rollout = lazy_instance(HFRollout),
@@ -198,6 +217,8 @@ class AgonModule(L.LightningModule):
         gradient_checkpointing: bool = False,
         validate_at_start: bool = True,
         evaluate_moa: bool = False,
+        evaluate_self_cascade: bool = False,
+        deployed: str | None = None,
         max_consecutive_skips: int = 3,
     ) -> None:
         super().__init__()
@@ -205,6 +226,12 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"game must be 'agon' or 'grpo', got {game!r}")
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        if pairing not in PAIRINGS:
+            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        if pairing != "per_rollout" and game == "grpo":
+            raise ValueError(
+                f"pairing={pairing!r} pairs challenges with drafts, but game='grpo' has no challenger"
+            )
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
@@ -224,6 +251,7 @@ class AgonModule(L.LightningModule):
         self.dtype_name = dtype
         self.game = game
         self.schedule = schedule
+        self.pairing = pairing
         self.lora = lora
         self.grpo = grpo
         self.rollout = rollout
@@ -244,7 +272,9 @@ class AgonModule(L.LightningModule):
         self.policy: Any = None
         self.tokenizer: Any = None
         self.last_record: StepRecord | None = None
-        self.evaluator = CascadeEvaluator(self.adapter_names, game, moa=evaluate_moa)
+        self.evaluator = CascadeEvaluator(
+            self.adapter_names, game, moa=evaluate_moa, self_cascade=evaluate_self_cascade, deployed=deployed
+        )
 
     # ------------------------------------------------------------------ set-up
     def configure_model(self) -> None:
@@ -303,21 +333,29 @@ class AgonModule(L.LightningModule):
         drafts = self.sample(drafter, draft_prompts, n)
         grouped = [p for p in problems for _ in range(n)]
         draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
-        draft_correct = torch.tensor([v.correct for v in draft_verdicts], dtype=torch.float32)
+        draft = RoleOutcome(_correct(draft_verdicts), drafts.lengths.cpu(), drafts.texts)
         record = StepRecord(
-            self.agon_step, problems, RoleRollout(drafter, drafts, draft_verdicts, draft_correct)
+            self.agon_step, problems, RoleRollout(drafter, drafts, draft_verdicts, draft.correct)
         )
         if self.game == "grpo":
-            record.draft.rewards = self.reward(draft_correct).draft
+            rewards = self.reward(Outcomes(draft))
+            record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
             return record
-        record.summaries, challenges = challenge(self, grouped, drafts, challenger, greedy=False)
+        # Challenge i reads (and is graded against) draft rows[i]; rows of a group share a problem.
+        rows = opponent_rows(len(problems), n, self.pairing)
+        summaries, prompts = challenge_prompts(self, grouped, drafts)
+        record.summaries = [summaries[i] for i in rows]
+        challenges = self.sample(challenger, [prompts[i] for i in rows], 1, greedy=False)
         challenge_verdicts = self.verifier.verify_batch(challenges.texts, grouped)
-        challenge_correct = torch.tensor([v.correct for v in challenge_verdicts], dtype=torch.float32)
-        rewards = self.reward(
-            draft_correct, challenge_correct, drafts.lengths.cpu(), challenges.lengths.cpu()
+        outcomes = Outcomes(
+            draft,
+            RoleOutcome(_correct(challenge_verdicts), challenges.lengths.cpu(), challenges.texts),
+            None if self.pairing == "per_rollout" else draft.select(rows),
         )
-        record.draft.rewards = rewards.draft
+        rewards = self.reward(outcomes)
+        record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
         record.challenge = RoleRollout(challenger, challenges, challenge_verdicts, rewards.challenge)
+        record.opponents = None if self.pairing == "per_rollout" else rows
         return record
 
     # ------------------------------------------------------------------ update
@@ -594,6 +632,10 @@ def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], m
         )
 
 
+def _correct(verdicts: list[Verdict]) -> Tensor:
+    return torch.tensor([v.correct for v in verdicts], dtype=torch.float32)
+
+
 def _mean(values: Tensor) -> float:
     return float(values.float().mean()) if values.numel() else 0.0
 
@@ -607,6 +649,7 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
         "train/draft/accuracy": _mean(d.correct),
         "train/draft/length": _mean(d.rollouts.lengths),
         "train/draft/truncation_rate": _mean(d.rollouts.truncated),
+        **record.reward_terms,
     }
     c = record.challenge
     if c is None:
@@ -624,7 +667,7 @@ def exchange_counts(record: StepRecord) -> Tensor:
     """``[converted, wrong drafts, regressed, right drafts]`` of a step (zeros without a challenger)."""
     if record.challenge is None:
         return torch.zeros(4)
-    a, b = record.draft.correct, record.challenge.correct
+    a, b = record.opponent_correct, record.challenge.correct
     wrong, right = a == 0, a == 1
     return torch.stack([(b[wrong] == 1).sum(), wrong.sum(), (b[right] == 0).sum(), right.sum()]).float()
 

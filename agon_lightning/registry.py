@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from agon_lightning.formats import FormatCheck
 from agon_lightning.rewards import Reward
 from agon_lightning.rollout import Rollout
 from agon_lightning.summarizers.base import Summarizer
@@ -27,6 +28,7 @@ GROUPS: dict[str, type] = {
     "agon_lightning.verifiers": Verifier,
     "agon_lightning.summarizers": Summarizer,
     "agon_lightning.rewards": Reward,
+    "agon_lightning.formats": FormatCheck,
 }
 
 

@@ -1,93 +1,230 @@
-"""Rewards: turn the verifier's 0/1 verdicts into each role's scalar reward.
+"""Rewards: turn each role's verdicts (and lengths, and texts) into its scalar reward.
 
-The drafter is graded on its own correctness c(a_i) only, exactly as in GRPO. The
-challenger is paid for its correctness, for *converting* a failed draft into a success
-(c(b_i)·(1−c(a_i))), and optionally for being shorter when both are right. The conversion
-bonus is what makes the game competitive: a challenger that only copies earns nothing extra.
+The paper's reward, every weight an option (c ∈ {0, 1} is final-answer correctness, φ ∈ [0, 1]
+a :class:`~agon_lightning.formats.FormatCheck`, ``a_i`` the draft that challenge ``b_i`` was
+paired with):
+
+- drafter: ``w_c·c(a) + w_f·φ(a)`` — plain GRPO on correctness and format;
+- challenger: ``w_c·c(b) + λ·K(a, b) + τ·[c(a) ∧ c(b) ∧ len(b) < len(a)] + w_f·φ(b)``, where the
+  competitive term K is the conversion bonus ``c(b)·(1 − c(a))`` (``form: bonus``, the paper's
+  Agon) or the margin ``c(b) − c(a)`` (``form: margin``, its ablation);
+- cooperative: λ = 0 (:class:`CorrectnessReward`, also the reward of GRPO).
+
+The paper's weights are w_c 2, λ 1, w_f 0.5, τ 0. What reaches the update is the group-normalised
+advantage, so only differences *within* a group of N rollouts of one problem matter: a term that
+is constant in the group (c(a) under the margin form with one shared opponent, say) vanishes,
+and with std scaling so does a common factor of all weights; λ/w_c is what the bonus weighs
+against correctness and w_f/w_c what format weighs.
+
+The margin form swaps one term and keeps the rest: its challenger reward exceeds the bonus form's
+by ``−λ·c(a)·(1 − c(b))``, i.e. it also charges λ for losing a draft that was right.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
+from jsonargparse import lazy_instance
 from torch import Tensor
+
+from agon_lightning.formats import FormatCheck, ThinkAnswerFormat
+
+FORMS = ("bonus", "margin")
+
+
+@dataclass(frozen=True)
+class RoleOutcome:
+    """One role's ``B = P·N`` rollouts as a reward reads them.
+
+    Attributes:
+        correct: ``[B]`` 0/1 verdicts.
+        lengths: ``[B]`` completion tokens.
+        texts: The ``B`` completions (what a format check reads).
+    """
+
+    correct: Tensor
+    lengths: Tensor
+    texts: Sequence[str]
+
+    def __post_init__(self) -> None:
+        if not (len(self.correct) == len(self.lengths) == len(self.texts)):
+            raise ValueError(
+                f"a role's outcome needs one verdict, length and text per rollout, got "
+                f"{len(self.correct)}, {len(self.lengths)} and {len(self.texts)}"
+            )
+
+    def select(self, rows: Tensor) -> RoleOutcome:
+        """The outcome of rows ``rows`` (an index tensor; rows may repeat)."""
+        return RoleOutcome(self.correct[rows], self.lengths[rows], [self.texts[int(i)] for i in rows])
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What happened in one step, for the reward.
+
+    Attributes:
+        draft: The drafter's rollouts.
+        challenge: The challenger's (``None`` in single-policy games: GRPO).
+        opponent: Row ``i`` is the draft challenge ``i`` answered (see
+            :func:`~agon_lightning.schedule.opponent_rows`); ``None``: draft ``i`` itself.
+    """
+
+    draft: RoleOutcome
+    challenge: RoleOutcome | None = None
+    opponent: RoleOutcome | None = None
+
+    @property
+    def paired_draft(self) -> RoleOutcome:
+        return self.draft if self.opponent is None else self.opponent
 
 
 @dataclass
 class RoleRewards:
-    """Per-rollout rewards for both roles, each shaped ``[P * N]``.
+    """Per-rollout rewards for both roles, each ``[P * N]``, and the terms they are made of.
 
-    ``challenge`` is ``None`` in single-policy games (GRPO).
+    ``challenge`` is ``None`` in single-policy games (GRPO). ``terms`` maps ``draft/format``,
+    ``challenge/competitive``, … to the unweighted per-rollout term, for logging.
     """
 
     draft: Tensor
     challenge: Tensor | None = None
+    terms: dict[str, Tensor] = field(default_factory=dict)
+
+    def metrics(self, prefix: str = "train/") -> dict[str, float]:
+        """The mean of each term, as ``{prefix}{term}`` (``train/challenge/competitive``, …)."""
+        return {f"{prefix}{name}": float(t.float().mean()) for name, t in self.terms.items() if t.numel()}
 
 
 class Reward(ABC):
-    """Maps verdicts (and lengths) of paired drafts a_i and challenges b_i to rewards."""
+    """Maps one step's :class:`Outcomes` to both roles' rewards."""
 
     @abstractmethod
-    def __call__(
-        self,
-        draft_correct: Tensor,
-        challenge_correct: Tensor | None = None,
-        draft_lengths: Tensor | None = None,
-        challenge_lengths: Tensor | None = None,
-    ) -> RoleRewards:
-        """All tensors are ``[P * N]``; correctness as 0/1 floats or bools."""
+    def __call__(self, outcomes: Outcomes) -> RoleRewards:
+        """Rewards for every draft and (when there are challenges) every challenge."""
 
 
-def competitive_challenge_reward(
-    draft_correct: Tensor,
-    challenge_correct: Tensor,
-    draft_lengths: Tensor,
-    challenge_lengths: Tensor,
-    conversion_bonus: float = 1.0,
-    length_tiebreak: float = 0.0,
-) -> Tensor:
-    """c(b) + λ·c(b)·(1−c(a)) + τ·[c(a) ∧ c(b) ∧ len(b) < len(a)]."""
+# ---------------------------------------------------------------------- the math
+def competitive_term(challenge_correct: Tensor, draft_correct: Tensor, form: str = "bonus") -> Tensor:
+    """K(a, b): the conversion bonus ``c(b)·(1 − c(a))`` or the margin ``c(b) − c(a)``."""
     a, b = draft_correct.float(), challenge_correct.float()
+    if form == "bonus":
+        return b * (1 - a)
+    if form == "margin":
+        return b - a
+    raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+
+
+def tiebreak_term(
+    challenge_correct: Tensor, draft_correct: Tensor, challenge_lengths: Tensor, draft_lengths: Tensor
+) -> Tensor:
+    """``[c(a) ∧ c(b) ∧ len(b) < len(a)]``: both right and the challenger strictly shorter."""
     shorter = (challenge_lengths < draft_lengths).float()
-    return b + conversion_bonus * b * (1 - a) + length_tiebreak * a * b * shorter
+    return draft_correct.float() * challenge_correct.float() * shorter
 
 
+def challenger_reward(
+    challenge: RoleOutcome, draft: RoleOutcome, challenge_format: Tensor, correctness_weight: float = 2.0,
+    conversion_bonus: float = 1.0, length_tiebreak: float = 0.0, format_weight: float = 0.5, form: str = "bonus",
+) -> dict[str, Tensor]:  # fmt: skip
+    """The challenger's reward and its unweighted terms: ``{"reward", "competitive", "tiebreak"}``."""
+    k = competitive_term(challenge.correct, draft.correct, form)
+    tie = tiebreak_term(challenge.correct, draft.correct, challenge.lengths, draft.lengths)
+    reward = (
+        correctness_weight * challenge.correct.float()
+        + conversion_bonus * k
+        + length_tiebreak * tie
+        + format_weight * challenge_format
+    )
+    return {"reward": reward, "competitive": k, "tiebreak": tie}
+
+
+def format_scores(check: FormatCheck | None, texts: Sequence[str]) -> Tensor:
+    """φ of each text (zeros without a check)."""
+    if check is None:
+        return torch.zeros(len(texts))
+    return torch.tensor([check.score(t) for t in texts], dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------- the components
 class CompetitiveReward(Reward):
-    """Agon's reward.
+    """Agon's reward (its defaults are the paper's).
 
     Args:
-        conversion_bonus: λ, paid when the challenger solves what its drafter failed.
+        correctness_weight: w_c, paid to either role for a right answer.
+        conversion_bonus: λ, weight of the competitive term: the bonus when the challenger
+            solves what its drafter failed (``form: bonus``), or the margin ``c(b) − c(a)``
+            (``form: margin``).
         length_tiebreak: τ, paid when both are right and the challenger is shorter.
+        format_weight: w_f, paid to either role times φ.
+        format: The format check φ (``None``: no format term; then ``format_weight`` must be 0).
+        form: ``bonus`` (the paper's Agon) or ``margin`` (its reward-form ablation).
     """
 
-    def __init__(self, conversion_bonus: float = 1.0, length_tiebreak: float = 0.0) -> None:
-        if conversion_bonus < 0:
-            raise ValueError(f"conversion_bonus must be >= 0, got {conversion_bonus}")
-        if length_tiebreak < 0:
-            raise ValueError(f"length_tiebreak must be >= 0, got {length_tiebreak}")
+    def __init__(
+        self,
+        correctness_weight: float = 2.0,
+        conversion_bonus: float = 1.0,
+        length_tiebreak: float = 0.0,
+        format_weight: float = 0.5,
+        format: FormatCheck | None = lazy_instance(ThinkAnswerFormat),
+        form: Literal["bonus", "margin"] = "bonus",
+    ) -> None:
+        for name, value in [("correctness_weight", correctness_weight), ("conversion_bonus", conversion_bonus),
+                            ("length_tiebreak", length_tiebreak), ("format_weight", format_weight)]:  # fmt: skip
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+        if format is None and format_weight > 0:
+            raise ValueError(
+                f"format_weight={format_weight} pays a format check, but format is null; "
+                "give format (e.g. agon_lightning.formats.ThinkAnswerFormat) or set format_weight: 0"
+            )
+        self.correctness_weight = correctness_weight
         self.conversion_bonus = conversion_bonus
         self.length_tiebreak = length_tiebreak
+        self.format_weight = format_weight
+        self.format = format
+        self.form = form
 
-    def __call__(self, draft_correct, challenge_correct=None, draft_lengths=None, challenge_lengths=None):
-        draft = draft_correct.float()
-        if challenge_correct is None:
-            return RoleRewards(draft=draft)
-        if draft_lengths is None or challenge_lengths is None:
-            draft_lengths = challenge_lengths = torch.zeros_like(draft)
-        challenge = competitive_challenge_reward(
-            draft_correct, challenge_correct, draft_lengths, challenge_lengths,
-            self.conversion_bonus, self.length_tiebreak,
-        )  # fmt: skip
-        return RoleRewards(draft=draft, challenge=challenge)
-
-
-class CorrectnessReward(Reward):
-    """Plain correctness for every role: vanilla GRPO, or the cooperative ablation."""
-
-    def __call__(self, draft_correct, challenge_correct=None, draft_lengths=None, challenge_lengths=None):
-        return RoleRewards(
-            draft=draft_correct.float(),
-            challenge=None if challenge_correct is None else challenge_correct.float(),
+    def __call__(self, outcomes: Outcomes) -> RoleRewards:
+        d = outcomes.draft
+        d_format = format_scores(self.format, d.texts)
+        rewards = RoleRewards(
+            draft=self.correctness_weight * d.correct.float() + self.format_weight * d_format,
+            terms={"draft/format": d_format},
         )
+        c = outcomes.challenge
+        if c is None:
+            return rewards
+        c_format = format_scores(self.format, c.texts)
+        challenge = challenger_reward(
+            c, outcomes.paired_draft, c_format, self.correctness_weight, self.conversion_bonus,
+            self.length_tiebreak, self.format_weight, self.form,
+        )  # fmt: skip
+        rewards.challenge = challenge.pop("reward")
+        rewards.terms["challenge/format"] = c_format
+        rewards.terms.update({f"challenge/{name}": term for name, term in challenge.items()})
+        return rewards
+
+
+class CorrectnessReward(CompetitiveReward):
+    """Correctness and format only, for every role: vanilla GRPO, and the cooperative game (λ = τ = 0).
+
+    Args:
+        correctness_weight: w_c.
+        format_weight: w_f.
+        format: The format check φ (``None``: no format term; then ``format_weight`` must be 0).
+    """
+
+    def __init__(
+        self,
+        correctness_weight: float = 2.0,
+        format_weight: float = 0.5,
+        format: FormatCheck | None = lazy_instance(ThinkAnswerFormat),
+    ) -> None:
+        super().__init__(correctness_weight, 0.0, 0.0, format_weight, format)

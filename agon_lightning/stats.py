@@ -1,6 +1,9 @@
-"""Paired comparisons between runs: a bootstrap over seeds and problems.
+"""The sweep's statistics: an exact interval per cell, and a bootstrap between runs.
 
-Two variants run with the same seeds on the same held-out problems give, per seed and problem,
+**One cell.** k of n held-out answers right: :func:`clopper_pearson` is the exact binomial
+interval the paper reports per row (95%, over its 300 problems).
+
+**Two variants.** Two variants run with the same seeds on the same held-out problems give, per seed and problem,
 a 0/1 outcome each; their difference in pass@1 varies with both the seed (training noise) and
 the problem sample (evaluation noise). Resampling both levels — seeds with replacement, then
 problems with replacement — gives a confidence interval that counts both, and pairing (same
@@ -9,9 +12,55 @@ seed, same problem) removes what the two runs share.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X ≤ k) for X ~ Binomial(n, p), summed in log space (exact for the n of a sweep)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
+             for i in range(k + 1)]  # fmt: skip
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def _solve(f, target: float) -> float:
+    """The p in [0, 1] where the decreasing function ``f`` crosses ``target`` (bisection)."""
+    low, high = 0.0, 1.0
+    for _ in range(60):  # 2^-60: far below any printed digit
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) > target else (low, mid)
+    return (low + high) / 2
+
+
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) interval for a binomial proportion: ``(low, high)``.
+
+    ``low`` solves P(X ≥ k | low) = α/2 and ``high`` solves P(X ≤ k | high) = α/2, with
+    α = 1 − confidence; ``low`` is 0 when k = 0 and ``high`` is 1 when k = n.
+
+    Raises:
+        ValueError: ``trials`` < 1, ``successes`` outside ``[0, trials]``, or a confidence outside (0, 1).
+    """
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    tail = (1 - confidence) / 2
+    low = 0.0 if successes == 0 else _solve(lambda p: _binomial_cdf(successes - 1, trials, p), 1 - tail)
+    high = 1.0 if successes == trials else _solve(lambda p: _binomial_cdf(successes, trials, p), tail)
+    return low, high
 
 
 @dataclass(frozen=True)

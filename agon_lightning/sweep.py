@@ -10,6 +10,11 @@ small or shared CPU matters more than anything else (oversubscribed threads spin
 A seed S sets ``seed_everything`` (sampling), ``data.init_args.seed`` (training order) and
 ``model.lora.init_seed`` (beta's initial noise); the problems and the held-out set stay fixed.
 
+A *derived* variant (:data:`~agon_lightning.sweep_report.DERIVED`: ``grpo_self_cascade``) trains
+nothing of its own: it reads another key of another variant's runs (``cascade_aa`` of ``grpo``),
+whose runs the plan then includes. ``--table paper`` runs the paper's rows by default and adds
+``paper_table.md`` (:mod:`agon_lightning.paper_table`).
+
 A run is finished when its directory holds :data:`MARKER`, written only after the process
 returned 0; an interrupted sweep re-run with the same arguments skips finished runs and
 redoes unfinished ones from scratch. The marker records the run's arguments, so a changed
@@ -36,11 +41,13 @@ from pathlib import Path
 
 from agon_lightning.config_files import local_or_shipped, resolve_config
 from agon_lightning.errors import CommandParser, UsageError
-from agon_lightning.sweep_report import EVAL_ONLY, RunResult, read_run, write_report
+from agon_lightning.paper_table import PAPER_VARIANTS, write_paper_table
+from agon_lightning.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
 
 DEFAULT_VARIANTS = (
     "grpo", "grpo_n", "agon", "cooperative", "no_exchange", "fixed_roles", "self_play", "moa_untrained",
 )  # fmt: skip
+TABLES = ("results", "paper")
 MARKER = "sweep_done.json"
 # The ``agon`` entry point under this very interpreter (no dependence on PATH).
 AGON = (sys.executable, "-c", "from agon_lightning.cli import main; main()")
@@ -60,7 +67,14 @@ class Run:
         return self.variant in EVAL_ONLY
 
     @property
+    def derived(self) -> bool:
+        """Read from another variant's run of the same seed; never run itself."""
+        return self.variant in DERIVED
+
+    @property
     def metric_key(self) -> str:
+        if self.derived:
+            return DERIVED[self.variant][1]
         return EVAL_ONLY.get(self.variant, "deployed")
 
     def argv(self, base_config: Path, overrides: Sequence[str]) -> list[str]:
@@ -77,7 +91,11 @@ class Run:
 def plan(variants: Sequence[str], seeds: Sequence[int], out: Path, experiments_dir: Path) -> list[Run]:
     """The grid's runs, seed by seed, so a sweep cut short still compares every variant.
     Evaluation-only variants run once (first seed): greedy decoding of the untrained base does
-    not depend on the seed."""
+    not depend on the seed. A derived variant brings in the variant it reads (just before it)
+    and points at that variant's directories."""
+    variants = [
+        v for variant in variants for v in ([DERIVED[variant][0]] if variant in DERIVED else []) + [variant]
+    ]
     variants, seeds = list(dict.fromkeys(variants)), list(dict.fromkeys(seeds))
     if not variants or not seeds:
         raise ValueError(f"need at least one variant and one seed, got {variants} and {seeds}")
@@ -87,7 +105,12 @@ def plan(variants: Sequence[str], seeds: Sequence[int], out: Path, experiments_d
             available = sorted(p.stem for p in experiments_dir.glob("*.yaml"))
             raise ValueError(f"no variant {variant!r}: {config} does not exist; available: {available}")
     return [
-        Run(variant, seed, experiments_dir / f"{variant}.yaml", out / variant / f"seed_{seed}")
+        Run(
+            variant,
+            seed,
+            experiments_dir / f"{variant}.yaml",
+            out / DERIVED.get(variant, (variant,))[0] / f"seed_{seed}",
+        )
         for seed in seeds
         for variant in variants
         if seed == seeds[0] or variant not in EVAL_ONLY
@@ -149,11 +172,12 @@ def sweep(
     out: Path,
     runner: Runner = run_agon,
     jobs: int = 1,
+    table: str = "results",
 ) -> list[Run]:
     """Run every unfinished run, ``jobs`` at a time, rewriting the report after each; returns
     the failed runs."""
     todo = []
-    for run in runs:
+    for run in (r for r in runs if not r.derived):
         argv = run.argv(base_config, overrides)
         if finished(run, argv):
             print(f"{run.variant} seed {run.seed}: finished earlier, reused", flush=True)
@@ -177,12 +201,13 @@ def sweep(
                 failed.append(run)
                 continue
             print(f"{tag}: done in {wall:.0f} s", flush=True)
-            report(runs, out)
+            report(runs, out, table)
     return failed
 
 
-def report(runs: Sequence[Run], out: Path) -> list[RunResult]:
-    """Read every finished run and write ``results.csv``, ``results.md`` and the plots."""
+def report(runs: Sequence[Run], out: Path, table: str = "results") -> list[RunResult]:
+    """Read every finished run and write ``results.csv``, ``results.md`` and the plots (and, for
+    ``table="paper"``, ``paper_table.md``)."""
     results = []
     for run in runs:
         marker = run.directory / MARKER
@@ -194,6 +219,8 @@ def report(runs: Sequence[Run], out: Path) -> list[RunResult]:
         out,
         pending=[f"{r.variant}/seed_{r.seed}" for r in runs if not r.directory.joinpath(MARKER).is_file()],
     )
+    if table == "paper":
+        write_paper_table(results, out)
     return results
 
 
@@ -212,8 +239,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         description="Run variants × seeds (each `agon fit --config BASE --config VARIANT`), resumably, "
         "and write results.csv, results.md and plots to --out. Arguments after `--` go to every run.",
     )
-    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS),
-                        help="names of YAML overlays in --experiments-dir (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=None,
+        help=f"names of YAML overlays in --experiments-dir (default: {' '.join(DEFAULT_VARIANTS)}; "
+        f"with --table paper: {' '.join(PAPER_VARIANTS)})",
+    )
+    parser.add_argument("--table", choices=TABLES, default="results",
+                        help="paper: also write paper_table.md, the paper's rows in its order with its numbers "
+                             "beside ours (default: %(default)s)")  # fmt: skip
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
     parser.add_argument("--base-config", default=None,
@@ -227,6 +262,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         "--dry-run", action="store_true", help="print each pending run's command, run nothing"
     )
     args = parser.parse_args(argv[:split])
+    if args.variants is None:
+        args.variants = list(PAPER_VARIANTS if args.table == "paper" else DEFAULT_VARIANTS)
     args.base_config = resolve_config(args.base_config) if args.base_config else local_or_shipped("agon.yaml")
     args.experiments_dir = (
         resolve_config(args.experiments_dir) if args.experiments_dir else local_or_shipped("experiments")
@@ -246,14 +283,17 @@ def sweep_main(argv: Sequence[str] | None = None) -> None:
     except ValueError as err:
         raise UsageError(str(err)) from err
     if args.dry_run:
-        for run in runs:
+        for run in (r for r in runs if not r.derived):
             argv_run = run.argv(args.base_config, overrides)
             if not finished(run, argv_run):
                 print("agon " + " ".join(argv_run))
         return
     runner = partial(run_agon, threads=args.threads)
-    failed = sweep(runs, args.base_config, overrides, args.out, runner, args.jobs)
-    report(runs, args.out)
-    print(f"results: {args.out / 'results.md'}")
+    failed = sweep(runs, args.base_config, overrides, args.out, runner, args.jobs, args.table)
+    report(runs, args.out, args.table)
+    print(
+        f"results: {args.out / 'results.md'}"
+        + (f", {args.out / 'paper_table.md'}" if args.table == "paper" else "")
+    )
     if failed:
         raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(str(r.directory) for r in failed))

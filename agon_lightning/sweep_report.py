@@ -2,10 +2,13 @@
 
 Results come from each run's ``metrics.csv``: the final held-out pass@1 and length of the
 deployed policy (``val/deployed/*``, and ``val/hard/deployed/*`` when the data module has a
-hard split), and the rollout budget: per step ``(train/draft/length + train/challenge/length)
-× N × P``, with N and P from the run's saved ``config.yaml``, summed over steps. Paired
-comparisons (Agon against GRPO, each ablation against Agon) bootstrap the difference in pass@1
-over seeds × problems from each run's ``outcomes.jsonl`` (:mod:`agon_lightning.stats`).
+hard split), the whole cascade's cost and what it converted and broke (``val/KEY/cost/*``,
+``…/conversions``, ``…/regressions``), the adapters' error overlap at the first and the last
+evaluation (``val/overlap/*``), and the rollout budget: per step ``(train/draft/length +
+train/challenge/length) × N × P``, with N and P from the run's saved ``config.yaml``, summed
+over steps. Paired comparisons (Agon against GRPO, each ablation against Agon) bootstrap the
+difference in pass@1 over seeds × problems from each run's ``outcomes.jsonl``
+(:mod:`agon_lightning.stats`); the paper's table is :mod:`agon_lightning.paper_table`'s.
 Running the grid is :mod:`agon_lightning.sweep`'s job.
 """
 
@@ -23,12 +26,26 @@ import yaml
 
 # (variant, reference): each row of the paired-comparison table is variant − reference.
 COMPARISONS = (
-    ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "agon"), ("no_exchange", "agon"),
-    ("fixed_roles", "agon"), ("self_play", "agon"), ("moa_untrained", "agon"),
+    ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "grpo"), ("cooperative", "agon"),
+    ("no_exchange", "agon"), ("shared_opponent", "agon"), ("margin", "agon"), ("fixed_roles", "agon"),
+    ("tiebreak", "agon"), ("self_play", "agon"), ("self_refine", "agon"), ("grpo_self_cascade", "grpo"),
+    ("moa_untrained", "agon"), ("zero_shot", "agon"),
 )  # fmt: skip
 SPLITS = (("", "held-out"), ("hard", "hard split"))
 # Variants that train nothing → the evaluator key they report instead of ``deployed``.
-EVAL_ONLY = {"moa_untrained": "moa"}
+EVAL_ONLY = {"moa_untrained": "moa", "zero_shot": "base"}
+# Variants read from another variant's runs (same training) → (that variant, the key they report).
+DERIVED = {"grpo_self_cascade": ("grpo", "cascade_aa")}
+# RunResult field → the metric it reads at the last evaluation, ``{key}`` the run's policy.
+FINAL_METRICS = {
+    "total_tokens": "val/{key}/cost/total_tokens", "draft_tokens": "val/{key}/cost/draft_tokens",
+    "challenger_prompt_tokens": "val/{key}/cost/challenger_prompt_tokens",
+    "challenger_tokens": "val/{key}/cost/challenger_tokens", "wall_s_per_problem": "val/{key}/cost/wall_s",
+    "conversions": "val/{key}/conversions", "regressions": "val/{key}/regressions",
+    "jaccard_end": "val/overlap/jaccard", "beta_wrong_given_alpha_wrong_end": "val/overlap/beta_wrong_given_alpha_wrong",
+}  # fmt: skip
+FIRST_METRICS = {"jaccard_start": "val/overlap/jaccard",
+                 "beta_wrong_given_alpha_wrong_start": "val/overlap/beta_wrong_given_alpha_wrong"}  # fmt: skip
 
 
 @dataclass
@@ -46,6 +63,17 @@ class RunResult:
     wall_s: float
     hard_pass_at_1: float = math.nan
     hard_length: float = math.nan
+    total_tokens: float = math.nan
+    draft_tokens: float = math.nan
+    challenger_prompt_tokens: float = math.nan
+    challenger_tokens: float = math.nan
+    wall_s_per_problem: float = math.nan
+    conversions: float = math.nan
+    regressions: float = math.nan
+    jaccard_start: float = math.nan
+    jaccard_end: float = math.nan
+    beta_wrong_given_alpha_wrong_start: float = math.nan
+    beta_wrong_given_alpha_wrong_end: float = math.nan
     curve: list[tuple[int, float, float]] = field(default_factory=list)
     # split → question → (correct, tokens) of the deployed policy at the last evaluation
     outcomes: dict[str, dict[str, tuple[bool, int]]] = field(default_factory=dict)
@@ -53,6 +81,10 @@ class RunResult:
 
 def _float(row: dict[str, str], key: str) -> float:
     return float(row[key]) if row.get(key) else 0.0
+
+
+def _optional(row: dict[str, str], key: str) -> float:
+    return float(row[key]) if row.get(key) else math.nan
 
 
 def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) -> RunResult:
@@ -77,28 +109,33 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
             * per_length
         )
     final = curve[int(evals[-1]["step"])]  # the last evaluation: after the last step
-    last = evals[-1]
+    first, last = evals[0], evals[-1]
     return RunResult(
-        variant, seed, final[0], final[1], _float(evals[0], "val/base/pass@1"), len(steps), tokens,
+        variant, seed, final[0], final[1], _float(first, "val/base/pass@1"), len(steps), tokens,
         sum(_float(r, "time/generate_s") + _float(r, "time/update_s") for r in steps), wall_s,
-        float(last[f"val/hard/{key}/pass@1"]) if last.get(f"val/hard/{key}/pass@1") else math.nan,
-        float(last[f"val/hard/{key}/length"]) if last.get(f"val/hard/{key}/length") else math.nan,
-        [(step, *curve[step]) for step in sorted(curve)], read_outcomes(logs[-1].parent, key),
+        _optional(last, f"val/hard/{key}/pass@1"), _optional(last, f"val/hard/{key}/length"),
+        **{name: _optional(last, metric.format(key=key)) for name, metric in FINAL_METRICS.items()},
+        **{name: _optional(first, metric) for name, metric in FIRST_METRICS.items()},
+        curve=[(step, *curve[step]) for step in sorted(curve)], outcomes=read_outcomes(logs[-1].parent, key),
     )  # fmt: skip
 
 
 def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, int]]]:
     """``outcomes.jsonl`` of a run (written by ``ValidationReport``) for the policy ``key``.
 
-    ``deployed`` resolves to the first trained cascade present, else the single adapter; an
-    evaluation-only run (``agon validate``) writes none, and gets ``{}``.
+    ``deployed`` resolves to the key each row names as deployed (older files without it: the
+    first trained cascade present, else the single adapter); a run without the file gets ``{}``.
     """
     path = run_dir / "outcomes.jsonl"
     if not path.is_file():
         return {}
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return {}
     if key == "deployed":
-        key = next(k for k in ("cascade_ab", "cascade_aa", "alpha") if rows and k in rows[0])
+        key = rows[0].get("deployed") or next(
+            k for k in ("cascade_ab", "cascade_aa", "alpha") if k in rows[0]
+        )
     out: dict[str, dict[str, tuple[bool, int]]] = {}
     for r in rows:
         out.setdefault(r["split"], {})[r["question"]] = (bool(r[key]), int(r[f"{key}/length"]))
@@ -153,7 +190,8 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
     lines = [
         "# Sweep results", "",
         "Final held-out pass@1 (greedy) and mean completion tokens of the deployed policy (cascade alpha → beta; "
-        "alpha for `grpo`; alpha → alpha for `self_play`; base → base for `moa_untrained`), mean ± sample std "
+        "alpha for `grpo`; alpha → alpha for `self_play`, `self_refine` and `grpo_self_cascade` (read from the "
+        "`grpo` runs); base → base for `moa_untrained`; the base for `zero_shot`), mean ± sample std "
         "over seeds. Rollout tokens: every token sampled in training (drafts + challenges); train time: "
         "generation + update; wall: the whole run, evaluations included.", "",
         "| variant | seeds | pass@1 | length | hard pass@1 | hard length | steps | rollout tokens | train time (s) | wall (s) |",

@@ -1,20 +1,37 @@
-"""Held-out evaluation of the pair as it deploys: each policy alone, the base, the cascades.
+"""Held-out evaluation of the pair as it deploys: each policy alone, the base, the cascades — and
+what the paper leaves open: how the two adapters' errors overlap, what the cascade converts and
+breaks, and what the whole cascade costs.
 
 Greedy decoding, one sample per problem: pass@1. A cascade ``cascade_ab`` is the deployed
 pipeline — ``alpha`` drafts from the plain prompt, ``beta`` reads the draft's summary and
-gives the final answer; ``cascade_ba`` swaps them. ``moa`` (on request) is the same pipeline
-with the untrained base in both stages: a Mixture-of-Agents pass, the reference any trained
-pair has to beat. Lengths are completion tokens of the stage that produced the answer.
+gives the final answer; ``cascade_ba`` swaps them, ``cascade_aa`` (one adapter: self-play, or
+GRPO with ``self_cascade``) reads its own draft. ``moa`` (on request) is the same pipeline with
+the untrained base in both stages: a Mixture-of-Agents pass. ``length`` is always the
+completion tokens of the stage that gave the answer; the deployed key (:attr:`deployed_key`)
+is fixed before training, never chosen by the scores.
 
-A held-out problem may name a *split* in its metadata (``metadata["split"] = "hard"``, as
-:class:`~agon_lightning.data.reasoning_gym.ReasoningGymDataModule` does for its hard set): its
-results are reported apart, as ``val/hard/KEY/pass@1``. Every problem's outcome under every
-policy of the last evaluation is kept (:attr:`CascadeEvaluator.last_outcomes`) for paired
-comparisons between runs.
+Per key and evaluation (``val/[SPLIT/]KEY/…``):
+
+- ``pass@1``, ``length``; ``cost/total_tokens`` (every token sampled for the answer: draft +
+  challenger for a cascade) and ``cost/wall_s`` (seconds per problem: the batch's generation
+  and summarising time for this key alone, over its problems; grading is not counted);
+- cascades also: ``cost/draft_tokens``, ``cost/challenger_prompt_tokens`` (the second stage's
+  prefill), ``cost/challenger_tokens``; ``conversions`` and ``regressions`` (fractions of the
+  problems whose draft was wrong and final right, or right and final wrong, so pass@1 of the
+  cascade = the drafter's + conversions − regressions) and ``conversion_rate`` /
+  ``regression_rate`` (the same over wrong, resp. right drafts);
+- with two adapters, ``val/[SPLIT/]overlap/jaccard`` (|W_α ∩ W_β| / |W_α ∪ W_β| of the two wrong
+  sets) and ``…/overlap/beta_wrong_given_alpha_wrong``. A ratio with an empty denominator is
+  left out, not logged as 0.
+
+A held-out problem may name a *split* in its metadata (``metadata["split"] = "hard"``): its
+results are reported apart, as ``val/hard/KEY/…``. Every problem's outcome under every policy of
+the last evaluation is kept (:attr:`CascadeEvaluator.last_outcomes`, written as ``outcomes.jsonl``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,10 +41,24 @@ from torchmetrics import MeanMetric
 
 from agon_lightning.pipeline import MixedPlayer, challenge_prompts
 from agon_lightning.rollout import RolloutBatch
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.types import Problem
 
 ADAPTER_KEY = {"alpha": "a", "beta": "b"}
 SPLIT = "split"  # Problem.metadata key naming a held-out split; absent: the main one
+OVERLAP = "overlap"
+POLICY_STATS = ("pass@1", "length", "cost/total_tokens", "cost/wall_s")
+CASCADE_STATS = (
+    *POLICY_STATS, "cost/draft_tokens", "cost/challenger_prompt_tokens", "cost/challenger_tokens",
+    "conversions", "regressions", "_draft_wrong",
+)  # fmt: skip
+OVERLAP_STATS = ("_alpha_wrong", "_both_wrong", "_either_wrong")
+# Derived ratios: name → (numerator, denominator), both stats of the same key and rows.
+RATIOS = {
+    "conversion_rate": ("conversions", "_draft_wrong"),
+    "regression_rate": ("regressions", "_draft_right"),
+    "jaccard": ("_both_wrong", "_either_wrong"),
+    "beta_wrong_given_alpha_wrong": ("_both_wrong", "_alpha_wrong"),
+}
 
 
 def split_of(problem: Problem) -> str:
@@ -35,34 +66,79 @@ def split_of(problem: Problem) -> str:
     return str(problem.metadata.get(SPLIT, ""))
 
 
-def cascade_pairs(adapters: tuple[str, ...], game: str) -> list[tuple[str, str, str]]:
-    """``(metric key, drafter, answerer)`` for every cascade the run can deploy."""
-    if game == "grpo":
-        return []
-    return [
-        (f"cascade_{ADAPTER_KEY[d]}{ADAPTER_KEY[c]}", d, c)
-        for d in adapters
-        for c in adapters
-        if d != c or len(adapters) == 1
-    ]
+def cascade_pairs(
+    adapters: tuple[str, ...], game: str, self_cascade: bool = False
+) -> list[tuple[str, str, str]]:
+    """``(metric key, drafter, answerer)`` for every cascade the run can deploy.
+
+    Two adapters: both orders. One adapter: ``cascade_aa`` (self-play always, GRPO with
+    ``self_cascade``). ``self_cascade`` with two adapters adds each one's self-cascade.
+    """
+    pairs = (
+        [] if game == "grpo" else [(d, c) for d in adapters for c in adapters if d != c or len(adapters) == 1]
+    )
+    if self_cascade:
+        pairs += [(d, d) for d in adapters if (d, d) not in pairs]
+    return [(f"cascade_{ADAPTER_KEY[d]}{ADAPTER_KEY[c]}", d, c) for d, c in pairs]
+
+
+def ratio_metrics(means: dict[str, float]) -> dict[str, float]:
+    """Each :data:`RATIOS` entry whose stats are in ``means`` and whose denominator is > 0.
+
+    ``means`` holds one key's stats as means over the same rows, so a ratio of means is the ratio
+    of counts; ``_draft_right`` is ``1 − _draft_wrong``.
+    """
+    if "_draft_wrong" in means:
+        means = {**means, "_draft_right": 1.0 - means["_draft_wrong"]}
+    return {
+        name: means[num] / means[den]
+        for name, (num, den) in RATIOS.items()
+        if num in means and den in means and means[den] > 0
+    }
 
 
 class CascadeEvaluator(nn.Module):
-    """Accumulates pass@1 and length per policy and cascade with torchmetrics.
+    """Accumulates every key's stats with torchmetrics, and keeps each problem's outcome.
 
     A ``nn.Module`` so its metric states follow the LightningModule's device and are
     reduced across ranks by torchmetrics.
+
+    Args:
+        adapters: The run's adapters.
+        game: ``agon`` or ``grpo``.
+        moa: Also evaluate ``moa`` (the base drafts, the base answers after reading).
+        self_cascade: Also evaluate each adapter's self-cascade (``cascade_aa``).
+        deployed: The key reported as ``deployed``; ``None``: the first trained cascade
+            (``cascade_ab``, ``cascade_aa`` for self-play), the adapter alone for GRPO.
     """
 
-    def __init__(self, adapters: tuple[str, ...], game: str, moa: bool = False) -> None:
+    def __init__(
+        self,
+        adapters: tuple[str, ...],
+        game: str,
+        moa: bool = False,
+        self_cascade: bool = False,
+        deployed: str | None = None,
+    ) -> None:
         super().__init__()
         self.adapters = adapters
-        self.cascades = cascade_pairs(adapters, game)
+        self.cascades = cascade_pairs(adapters, game, self_cascade)
         if moa:  # the base drafts, the base answers after reading the summary
             self.cascades.append(("moa", "base", "base"))
         self.keys = ["base", *adapters, *(key for key, _, _ in self.cascades)]
+        if deployed is None:
+            trained = [key for key, drafter, _ in self.cascades if drafter != "base"]
+            deployed = adapters[0] if game == "grpo" or not trained else trained[0]
+        if deployed not in self.keys or deployed == "base":
+            raise ValueError(f"deployed={deployed!r} is not a trained policy of this run; expected one of "
+                             f"{[k for k in self.keys if k not in ('base', 'moa')]}")  # fmt: skip
+        self.deployed_key = deployed
+        self.stats = {key: POLICY_STATS for key in ["base", *adapters]}
+        self.stats.update({key: CASCADE_STATS for key, _, _ in self.cascades})
+        if len(adapters) == 2:
+            self.stats[OVERLAP] = OVERLAP_STATS
         self.metrics = nn.ModuleDict(
-            {f"{key}__{stat}": MeanMetric() for key in self.keys for stat in ("pass@1", "length")}
+            {f"{key}__{stat}": MeanMetric() for key, stats in self.stats.items() for stat in stats}
         )
         self.history: list[tuple[int, dict[str, float]]] = []
         self.last_outputs: list[dict[str, Any]] = []
@@ -71,9 +147,9 @@ class CascadeEvaluator(nn.Module):
         self._splits: set[str] = set()
 
     @property
-    def deployed_key(self) -> str:
-        """The policy a user would deploy: the first trained cascade, else the single adapter."""
-        return next((key for key, drafter, _ in self.cascades if drafter != "base"), self.adapters[0])
+    def deployed_drafter(self) -> str:
+        """The adapter that drafts in the deployed policy (the adapter itself for a single policy)."""
+        return next((d for key, d, _ in self.cascades if key == self.deployed_key), self.deployed_key)
 
     def _metric(self, split: str, key: str, stat: str) -> MeanMetric:
         """The metric of ``key``'s ``stat`` on ``split``, created on first use for a named split."""
@@ -82,66 +158,94 @@ class CascadeEvaluator(nn.Module):
             self.metrics[name] = MeanMetric().to(self.metrics[f"{key}__{stat}"].device)
         return self.metrics[name]
 
-    def _add(self, key: str, correct: list[bool], lengths: torch.Tensor, splits: list[str]) -> None:
+    def _add(self, key: str, rows: list[dict[str, float]], splits: list[str]) -> None:
+        """Add one value per problem of each stat of ``key`` (``rows[i][stat]``)."""
         for split in dict.fromkeys(splits):
-            rows = [i for i, s in enumerate(splits) if s == split]
-            pass_at_1, length = self._metric(split, key, "pass@1"), self._metric(split, key, "length")
-            pass_at_1.update(
-                torch.tensor([correct[i] for i in rows], dtype=torch.float32, device=pass_at_1.device)
-            )
-            length.update(lengths[rows].float().to(length.device))
+            index = [i for i, s in enumerate(splits) if s == split]
+            for stat in self.stats[key]:
+                metric = self._metric(split, key, stat)
+                metric.update(
+                    torch.tensor([rows[i][stat] for i in index], dtype=torch.float32, device=metric.device)
+                )
             self._splits.add(split)
 
-    def _generate(
-        self, module: MixedPlayer, jobs: list[tuple[str, str, list[str]]], problems: list[Problem]
-    ) -> dict[str, tuple[RolloutBatch, list[Verdict]]]:
-        """Run every ``(key, adapter, prompts)`` job in one mixed-adapter generate; score each key."""
-        adapters = [None if adapter == "base" else adapter for _, adapter, prompts in jobs for _ in prompts]
-        rb = module.sample_mixed(adapters, [p for _, _, prompts in jobs for p in prompts], greedy=True)
-        results = {}
-        for i, (key, _, _) in enumerate(jobs):
-            part = rb.select(slice(i * len(problems), (i + 1) * len(problems)))
-            verdicts = module.verifier.verify_batch(part.texts, problems)
-            self._add(key, [v.correct for v in verdicts], part.lengths.cpu(), [split_of(p) for p in problems])
-            results[key] = (part, verdicts)
-        return results
+    def _generate(self, module: MixedPlayer, adapter: str, prompts: list[str]) -> tuple[RolloutBatch, float]:
+        """Greedy completions of ``prompts`` with ``adapter`` alone (``base``: adapters off), and the seconds taken."""
+        start = time.perf_counter()
+        rb = module.sample_mixed(
+            [None if adapter == "base" else adapter] * len(prompts), prompts, greedy=True
+        )
+        return rb, time.perf_counter() - start
 
     @torch.no_grad()
     def update(self, module: MixedPlayer, problems: list[Problem]) -> None:
-        # Two generate calls per batch, whatever the number of policies: every policy drafts in
-        # one, every cascade answers in the other (one adapter per row).
+        # One generate call per policy and stage, each timed: the cost of every key is its own.
+        n, splits = len(problems), [split_of(p) for p in problems]
         prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
-        outputs = self._generate(module, [(key, key, prompts) for key in ["base", *self.adapters]], problems)
-        second_stage = []
+        outputs, seconds = {}, {}
+        for key in ["base", *self.adapters]:
+            outputs[key], seconds[key] = self._generate(module, key, prompts)
         for key, drafter, answerer in self.cascades:
-            _, second = challenge_prompts(module, problems, outputs[drafter][0])
-            second_stage.append((key, answerer, second))
-        if second_stage:
-            outputs.update(self._generate(module, second_stage, problems))
+            start = time.perf_counter()
+            _, second = challenge_prompts(module, problems, outputs[drafter])
+            summarising = time.perf_counter() - start
+            outputs[key], generating = self._generate(module, answerer, second)
+            seconds[key] = seconds[drafter] + summarising + generating
+        verdicts = {key: module.verifier.verify_batch(rb.texts, problems) for key, rb in outputs.items()}
+        correct = {key: [float(v.correct) for v in vs] for key, vs in verdicts.items()}
+        rows: dict[str, list[dict[str, float]]] = {}
+        for key in ["base", *self.adapters]:
+            lengths = outputs[key].lengths.tolist()
+            rows[key] = [{"pass@1": correct[key][i], "length": lengths[i], "cost/total_tokens": lengths[i],
+                          "cost/wall_s": seconds[key] / n} for i in range(n)]  # fmt: skip
+        for key, drafter, _ in self.cascades:
+            draft, final = outputs[drafter].lengths.tolist(), outputs[key].lengths.tolist()
+            prefill = outputs[key].prompt_mask.sum(1).tolist()
+            a, b = correct[drafter], correct[key]
+            rows[key] = [
+                {"pass@1": b[i], "length": final[i], "cost/total_tokens": draft[i] + final[i],
+                 "cost/wall_s": seconds[key] / n, "cost/draft_tokens": draft[i],
+                 "cost/challenger_prompt_tokens": prefill[i], "cost/challenger_tokens": final[i],
+                 "conversions": (1 - a[i]) * b[i], "regressions": a[i] * (1 - b[i]), "_draft_wrong": 1 - a[i]}
+                for i in range(n)
+            ]  # fmt: skip
+        if OVERLAP in self.stats:
+            wa, wb = (1 - torch.tensor(correct[k]) for k in self.adapters)
+            rows[OVERLAP] = [{"_alpha_wrong": float(wa[i]), "_both_wrong": float(wa[i] * wb[i]),
+                              "_either_wrong": float(torch.maximum(wa[i], wb[i]))} for i in range(n)]  # fmt: skip
+        for key, key_rows in rows.items():
+            self._add(key, key_rows, splits)
         self.last_outputs = [
-            {key: {"text": rb.texts[i], "correct": v[i].correct} for key, (rb, v) in outputs.items()}
-            for i in range(len(problems))
+            {key: {"text": outputs[key].texts[i], "correct": verdicts[key][i].correct} for key in outputs}
+            for i in range(n)
         ]
         self.outcomes += [
-            {"question": p.question, "split": split_of(p),
-             **{key: bool(v[i].correct) for key, (_, v) in outputs.items()},
-             **{f"{key}/length": int(rb.lengths[i]) for key, (rb, _) in outputs.items()}}
-            for i, p in enumerate(problems)
-        ]  # fmt: skip
+            outcome_record(p, i, rows, self.stats, self.deployed_key) for i, p in enumerate(problems)
+        ]
 
     def compute(self) -> dict[str, float]:
-        """``val/[SPLIT/]KEY/pass@1`` and ``…/length`` for every key and split seen; resets the metrics."""
-        out = {}
+        """``val/[SPLIT/]KEY/STAT`` for every key, stat and split seen, with the ratios; resets the metrics."""
+        means: dict[tuple[str, str], dict[str, float]] = {}
         for name, metric in self.metrics.items():
             *split, key, stat = name.split("__")
-            prefix = f"val/{split[0]}/" if split else "val/"
             if (split[0] if split else "") in self._splits:
-                out[f"{prefix}{key}/{stat}"] = float(metric.compute())
+                means.setdefault((split[0] if split else "", key), {})[stat] = float(metric.compute())
             metric.reset()
+        out = {}
+        for (split, key), stats in sorted(means.items()):
+            prefix = f"val/{split}/{key}/" if split else f"val/{key}/"
+            out.update({prefix + s: v for s, v in stats.items() if not s.startswith("_")})
+            out.update({prefix + s: v for s, v in ratio_metrics(stats).items()})
         for split in sorted(self._splits):
             prefix = f"val/{split}/" if split else "val/"
-            out[f"{prefix}deployed/pass@1"] = out[f"{prefix}{self.deployed_key}/pass@1"]
-            out[f"{prefix}deployed/length"] = out[f"{prefix}{self.deployed_key}/length"]
+            deployed = f"{prefix}{self.deployed_key}/"
+            out.update(
+                {
+                    f"{prefix}deployed/{k[len(deployed) :]}": v
+                    for k, v in list(out.items())
+                    if k.startswith(deployed)
+                }
+            )
         self._splits = set()
         self.last_outcomes, self.outcomes = self.outcomes, []
         return out
@@ -150,3 +254,28 @@ class CascadeEvaluator(nn.Module):
         for batch in batches:
             self.update(module, batch)
         return self.compute()
+
+
+def outcome_record(
+    problem: Problem,
+    i: int,
+    rows: dict[str, list[dict[str, float]]],
+    stats: dict[str, tuple[str, ...]],
+    deployed: str,
+) -> dict[str, Any]:
+    """One line of ``outcomes.jsonl``: question, split, the deployed key's name, and per key ``KEY``
+    (right?), ``KEY/length``, ``KEY/wall_s``; for cascades also ``KEY/draft_tokens``,
+    ``KEY/challenger_prompt_tokens``, ``KEY/challenger_tokens``, ``KEY/converted`` and ``KEY/regressed``."""
+    record: dict[str, Any] = {"question": problem.question, "split": split_of(problem), "deployed": deployed}
+    for key, key_rows in rows.items():
+        if key == OVERLAP:  # the adapters' own booleans give it, problem by problem
+            continue
+        r = key_rows[i]
+        record[key] = bool(r["pass@1"])
+        record[f"{key}/length"] = int(r["length"])
+        record[f"{key}/wall_s"] = r["cost/wall_s"]
+        if "conversions" in stats[key]:
+            record.update({f"{key}/{s.removeprefix('cost/')}": int(r[s]) for s in CASCADE_STATS[4:7]})
+            record[f"{key}/converted"] = bool(r["conversions"])
+            record[f"{key}/regressed"] = bool(r["regressions"])
+    return record

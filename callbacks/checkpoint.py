@@ -110,8 +110,10 @@ class AgonCheckpoint(ModelCheckpoint):
         save_top_k: Best checkpoints kept (``-1`` all, ``0`` none).
         save_last: Write ``last``; needed by ``--ckpt_path last``.
         bundles: Also write each checkpoint's adapters as a PEFT bundle beside it.
-        drafter: Adapter that drafts in the bundle's deployed cascade; ``auto`` picks the
-            cascade order that scored higher at the last validation (``alpha`` on a tie).
+        drafter: Adapter that drafts in the bundle's deployed cascade. ``deployed``: the drafter
+            of the module's deployed policy (``model.deployed``), fixed before training;
+            ``auto`` picks, post hoc, the cascade order that scored higher at the last
+            validation (``alpha`` on a tie), as the paper chose its direction.
         save_on_interrupt: On SIGINT or SIGTERM during training, finish the step, write
             ``last`` and exit (status 128 + signal number) instead of dying mid-step.
         verbose: Log each save.
@@ -127,14 +129,14 @@ class AgonCheckpoint(ModelCheckpoint):
         save_top_k: int = 1,
         save_last: bool = True,
         bundles: bool = True,
-        drafter: Literal["auto", "alpha", "beta"] = "auto",
+        drafter: Literal["deployed", "auto", "alpha", "beta"] = "deployed",
         save_on_interrupt: bool = True,
         verbose: bool = False,
     ) -> None:
         if every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
-        if drafter not in ("auto", "alpha", "beta"):
-            raise ValueError(f"drafter must be 'auto', 'alpha' or 'beta', got {drafter!r}")
+        if drafter not in ("deployed", "auto", "alpha", "beta"):
+            raise ValueError(f"drafter must be 'deployed', 'auto', 'alpha' or 'beta', got {drafter!r}")
         super().__init__(
             dirpath=dirpath, filename=filename, monitor=monitor, mode=mode, save_top_k=save_top_k,
             save_last=save_last, every_n_train_steps=every_n_train_steps, verbose=verbose,
@@ -249,6 +251,8 @@ class AgonCheckpoint(ModelCheckpoint):
 
     # ------------------------------------------------------------------ how
     def _drafter_for_bundle(self, trainer: L.Trainer) -> str:
+        if self.drafter == "deployed":
+            return trainer.lightning_module.evaluator.deployed_drafter
         if self.drafter != "auto":
             return self.drafter
         ab = trainer.callback_metrics.get("val/cascade_ab/pass@1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning as L
 
@@ -14,7 +15,8 @@ from .run_files import run_dir
 class ValidationReport(L.Callback):
     """At the end of ``fit``: a markdown table (stdout and ``report.md``), ``validation.png``, and
     ``outcomes.jsonl`` — the last evaluation problem by problem (question, split, and for each
-    policy whether it was right and its tokens), for paired comparisons between runs.
+    policy whether it was right, its tokens and cost; for each cascade what it converted or
+    broke), for paired comparisons between runs. ``agon validate`` writes ``outcomes.jsonl`` too.
 
     Args:
         filename: Name of the plot in the run directory.
@@ -32,6 +34,19 @@ class ValidationReport(L.Callback):
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(table + "\n")
         plot = plot_history(history, out / self.filename)
-        outcomes = pl_module.evaluator.last_outcomes
-        (out / "outcomes.jsonl").write_text("".join(json.dumps(o) + "\n" for o in outcomes))
+        write_outcomes(out, pl_module.evaluator.last_outcomes)
         print(f"\nHeld-out validation, start vs end (greedy pass@1, mean tokens):\n{table}\nplot: {plot}\n")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != "validate":
+            return
+        out = run_dir(trainer)  # trainer.log_dir is a broadcast: every rank takes part
+        outcomes = getattr(getattr(pl_module, "evaluator", None), "last_outcomes", [])
+        if trainer.is_global_zero and outcomes:
+            out.mkdir(parents=True, exist_ok=True)
+            write_outcomes(out, outcomes)
+
+
+def write_outcomes(out: Path, outcomes: list[dict]) -> None:
+    """``outcomes.jsonl`` in ``out``: one JSON object per held-out problem."""
+    (out / "outcomes.jsonl").write_text("".join(json.dumps(o) + "\n" for o in outcomes))

@@ -23,6 +23,7 @@ from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.module import AgonModule, GRPOOptions
 from agon_lightning.policy import LoraOptions
 from agon_lightning.rollout import HFRollout
+from agon_lightning.validation import CascadeEvaluator
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,6 +180,15 @@ def test_bundle_drafter_follows_the_better_cascade(ab, ba, choice, expected):
         AgonCheckpoint(drafter=choice)._drafter_for_bundle(SimpleNamespace(callback_metrics=metrics))
         == expected
     )
+
+
+def test_bundle_drafter_defaults_to_the_deployed_policy_fixed_before_training():
+    module = SimpleNamespace(evaluator=CascadeEvaluator(("alpha", "beta"), "agon", deployed="cascade_ba"))
+    better_ab = {"val/cascade_ab/pass@1": torch.tensor(0.9), "val/cascade_ba/pass@1": torch.tensor(0.1)}
+    trainer = SimpleNamespace(callback_metrics=better_ab, lightning_module=module)
+    assert AgonCheckpoint()._drafter_for_bundle(trainer) == "beta"  # the scores do not choose it
+    module.evaluator = CascadeEvaluator(("alpha",), "grpo", self_cascade=True)
+    assert AgonCheckpoint()._drafter_for_bundle(trainer) == "alpha"
 
 
 def test_rng_states_of_another_world_size_are_not_applied():

@@ -127,6 +127,11 @@ def finish(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, out.decode(errors="replace")[-3000:]
 
 
+def is_timing(key: str) -> bool:
+    """A wall-clock metric: ``time/*`` and validation's ``val/…/cost/wall_s``."""
+    return key.startswith("time/") or key.endswith("/wall_s")
+
+
 def rows_after(path: Path, steps_done: int) -> list[dict[str, str]]:
     """The rows a run logs once ``steps_done`` steps are behind it; empty cells and timings dropped.
 
@@ -139,7 +144,7 @@ def rows_after(path: Path, steps_done: int) -> list[dict[str, str]]:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
     kept = []
     for row in rows:
-        row = {k: v for k, v in row.items() if v not in ("", None) and not k.startswith("time/")}
+        row = {k: v for k, v in row.items() if v not in ("", None) and not is_timing(k)}
         is_val = row.get("split") == "val" or any(k.startswith(("val/", "trace/val/")) for k in row)
         if int(row["step"]) >= steps_done + is_val:
             kept.append(row)

@@ -43,7 +43,13 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
 
 EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "agon": {},
-    "grpo": {"model.game": "grpo", "model.grpo.num_generations": 16},
+    "grpo": {"model.game": "grpo", "model.grpo.num_generations": 16, "model.evaluate_self_cascade": True},
+    "grpo_self_cascade": {
+        "model.game": "grpo",
+        "model.grpo.num_generations": 16,
+        "model.evaluate_self_cascade": True,
+        "model.deployed": "cascade_aa",
+    },
     "grpo_n": {"model.game": "grpo", "model.grpo.num_generations": 8},
     "cooperative": {"model.reward.class_path": "agon_lightning.rewards.CorrectnessReward"},
     "no_exchange": {
@@ -53,6 +59,18 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "fixed_roles": {"model.schedule": "fixed"},
     "self_play": {"model.schedule": "self_play"},
     "moa_untrained": {"model.game": "grpo", "model.evaluate_moa": True},
+    "zero_shot": {"model.game": "grpo"},
+    "self_refine": {
+        "model.schedule": "self_play",
+        "model.reward.class_path": "agon_lightning.rewards.CorrectnessReward",
+    },
+    "shared_opponent": {
+        "model.pairing": "shared",
+        "model.summarizer.class_path": "agon_lightning.summarizers.basic.HiddenSummarizer",
+        "model.prompts.challenge": "{question}{summary}",
+    },
+    "margin": {"model.reward.init_args.form": "margin"},
+    "tiebreak": {"model.reward.init_args.length_tiebreak": 0.5},
 }
 
 
@@ -250,8 +268,10 @@ def test_agon_sweep_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     out = tmp_path / "sweep"
     overrides = [
         f"--model.model_name_or_path={tiny_model_dir}", "--trainer.limit_train_batches=1",
-        "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false", "--data.init_args.batch_size=2",
-        "--data.init_args.train_size=20", "--data.init_args.val_size=4", "--model.grpo.num_generations=2",
+        "--trainer.callbacks=[{class_path: agon_lightning.callbacks.report.ValidationReport}]",
+        "--trainer.enable_checkpointing=false", "--data.init_args.batch_size=2",
+        "--data.init_args.train_size=20", "--data.init_args.val_size=4", "--data.init_args.hard_size=2",
+        "--model.grpo.num_generations=2",
         "--model.rollout.init_args.max_new_tokens=6",
     ]  # fmt: skip
     args = ["--variants", "agon", "moa_untrained", "--seeds", "3", "--out", str(out), "--base-config", str(BASE),
@@ -265,4 +285,7 @@ def test_agon_sweep_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     (metrics,) = moa.glob("lightning_logs/version_*/metrics.csv")
     (row,) = [r for r in csv.DictReader(metrics.open()) if r.get("val/moa/pass@1")]
     assert row["val/alpha/pass@1"] == row["val/base/pass@1"]  # zero-B alpha is the base
+    (outcomes,) = moa.glob("lightning_logs/version_*/outcomes.jsonl")  # `agon validate` writes them too
+    assert [json.loads(line)["deployed"] for line in outcomes.read_text().splitlines()] == ["alpha"] * 6
+    assert "moa/converted" in json.loads(outcomes.read_text().splitlines()[0])
     assert "| agon | 1 |" in (out / "results.md").read_text()

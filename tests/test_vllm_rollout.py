@@ -43,10 +43,9 @@ LOGP_TOL = 1e-3  # |engine − trainer| per token, fp32 on CPU (measured: ~1e-6)
 class RankReward:
     """Rewards by position in the batch, so every step has a learning signal."""
 
-    def __call__(self, a, b=None, la=None, lb=None):
-        return RoleRewards(
-            draft=torch.arange(a.numel()).float(), challenge=torch.arange(a.numel()).flip(0).float()
-        )
+    def __call__(self, outcomes):
+        n = len(outcomes.draft.correct)
+        return RoleRewards(draft=torch.arange(n).float(), challenge=torch.arange(n).flip(0).float())
 
 
 def problems(n: int, seed: int = 5):

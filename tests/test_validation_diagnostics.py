@@ -1,0 +1,120 @@
+"""What validation measures beyond pass@1: error overlap, conversions and regressions, the cascade's cost,
+the single-adapter cascades and the deployed key fixed before training."""
+
+from __future__ import annotations
+
+import pytest
+from scripted import ScriptedRollout
+from test_training_paths import ZeroIsRight
+
+from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+from agon_lightning.module import AgonModule, GRPOOptions
+from agon_lightning.policy import LoraOptions
+from agon_lightning.validation import CascadeEvaluator, ratio_metrics
+
+
+class PerAdapterRollout(ScriptedRollout):
+    """Scripted completions that differ by adapter, so alpha and beta make different mistakes."""
+
+    def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
+        names = adapter_names or ["?"] * len(prompts)
+        out = super().generate(model, tokenizer, [f"{n}{p}" for n, p in zip(names, prompts)], num_samples)
+        plain = super().generate(model, tokenizer, prompts, num_samples)  # the prompts as given
+        out.prompt_ids, out.prompt_mask = plain.prompt_ids, plain.prompt_mask
+        return out
+
+
+def evaluate(model_dir, **kwargs):
+    dm = ReasoningGymDataModule(train_size=30, val_size=24, val_batch_size=10)
+    module = AgonModule(
+        model_name_or_path=str(model_dir), lora=LoraOptions(r=2, target_modules=["q_proj"]),
+        grpo=GRPOOptions(num_generations=2), rollout=PerAdapterRollout(), verifier=ZeroIsRight(), **kwargs,
+    )  # fmt: skip
+    module.configure_model()
+    return module.evaluator.run(module, dm.val_dataloader()), module.evaluator.last_outcomes
+
+
+def test_conversions_regressions_overlap_and_cost_agree_with_each_problem(tiny_model_dir):
+    metrics, rows = evaluate(tiny_model_dir)
+    n = len(rows)
+    alpha_wrong = {i for i, r in enumerate(rows) if not r["alpha"]}
+    beta_wrong = {i for i, r in enumerate(rows) if not r["beta"]}
+    assert alpha_wrong and beta_wrong and alpha_wrong != beta_wrong, (
+        "a fixture that cannot tell overlaps apart"
+    )
+    both = alpha_wrong & beta_wrong
+    assert metrics["val/overlap/jaccard"] == pytest.approx(len(both) / len(alpha_wrong | beta_wrong))
+    assert metrics["val/overlap/beta_wrong_given_alpha_wrong"] == pytest.approx(len(both) / len(alpha_wrong))
+    for key, drafter in (("cascade_ab", "alpha"), ("cascade_ba", "beta")):
+        converted = [r[f"{key}/converted"] for r in rows]
+        regressed = [r[f"{key}/regressed"] for r in rows]
+        assert converted == [not r[drafter] and r[key] for r in rows]
+        assert regressed == [r[drafter] and not r[key] for r in rows]
+        prefix = f"val/{key}/"
+        assert metrics[prefix + "conversions"] == pytest.approx(sum(converted) / n)
+        assert metrics[prefix + "pass@1"] == pytest.approx(
+            metrics[f"val/{drafter}/pass@1"]
+            + metrics[prefix + "conversions"]
+            - metrics[prefix + "regressions"]
+        )
+        wrong = sum(not r[drafter] for r in rows)
+        assert metrics[prefix + "conversion_rate"] == pytest.approx(sum(converted) / wrong)
+        assert metrics[prefix + "regression_rate"] == pytest.approx(sum(regressed) / (n - wrong))
+        # The whole cascade's tokens: the draft's and the challenger's, each problem's own.
+        for r in rows:
+            assert r[f"{key}/draft_tokens"] == r[f"{drafter}/length"]
+            assert r[f"{key}/challenger_tokens"] == r[f"{key}/length"]
+            assert (
+                r[f"{key}/challenger_prompt_tokens"] > 0 and r[f"{key}/wall_s"] > r[f"{drafter}/wall_s"] > 0
+            )
+        total = sum(r[f"{key}/draft_tokens"] + r[f"{key}/challenger_tokens"] for r in rows) / n
+        assert metrics[prefix + "cost/total_tokens"] == pytest.approx(total)
+        assert metrics[prefix + "cost/wall_s"] == pytest.approx(sum(r[f"{key}/wall_s"] for r in rows) / n)
+    assert metrics["val/alpha/cost/total_tokens"] == metrics["val/alpha/length"]
+    deployed = {k.removeprefix("val/deployed/") for k in metrics if k.startswith("val/deployed/")}
+    assert deployed == {k.removeprefix("val/cascade_ab/") for k in metrics if k.startswith("val/cascade_ab/")}
+    assert all(metrics[f"val/deployed/{k}"] == metrics[f"val/cascade_ab/{k}"] for k in deployed)
+
+
+def test_a_grpo_run_evaluates_its_self_cascade_but_deploys_the_adapter(tiny_model_dir):
+    metrics, rows = evaluate(tiny_model_dir, game="grpo", evaluate_self_cascade=True)
+    assert metrics["val/deployed/pass@1"] == metrics["val/alpha/pass@1"]
+    assert "val/cascade_aa/pass@1" in metrics and "cascade_aa/converted" in rows[0]
+    assert not any(k.startswith("val/overlap/") for k in metrics)  # one adapter: no overlap
+    metrics, _ = evaluate(tiny_model_dir, game="grpo", evaluate_self_cascade=True, deployed="cascade_aa")
+    assert metrics["val/deployed/pass@1"] == metrics["val/cascade_aa/pass@1"]
+
+
+@pytest.mark.parametrize(
+    "adapters,game,kwargs,keys,deployed",
+    [
+        (("alpha", "beta"), "agon", {}, ["base", "alpha", "beta", "cascade_ab", "cascade_ba"], "cascade_ab"),
+        (("alpha",), "agon", {}, ["base", "alpha", "cascade_aa"], "cascade_aa"),  # self-play, self-refinement
+        (("alpha",), "grpo", {}, ["base", "alpha"], "alpha"),
+        (("alpha",), "grpo", {"self_cascade": True}, ["base", "alpha", "cascade_aa"], "alpha"),
+        (("alpha", "beta"), "agon", {"deployed": "cascade_ba"}, None, "cascade_ba"),
+    ],
+)
+def test_evaluator_keys_and_the_deployed_key(adapters, game, kwargs, keys, deployed):
+    evaluator = CascadeEvaluator(adapters, game, **kwargs)
+    if keys is not None:
+        assert evaluator.keys == keys
+    assert evaluator.deployed_key == deployed
+
+
+def test_a_deployed_key_the_run_cannot_deploy_is_named():
+    with pytest.raises(
+        ValueError, match=r"deployed='cascade_ba' .* expected one of \['alpha', 'cascade_aa'\]"
+    ):
+        CascadeEvaluator(("alpha",), "grpo", self_cascade=True, deployed="cascade_ba")
+
+
+def test_ratios_of_means_are_ratios_of_counts_and_undefined_ones_are_left_out():
+    means = {"conversions": 0.1, "regressions": 0.05, "_draft_wrong": 0.4}
+    ratios = ratio_metrics(means)
+    assert ratios == pytest.approx({"conversion_rate": 0.25, "regression_rate": 0.05 / 0.6})
+    assert ratio_metrics({"conversions": 0.0, "regressions": 0.0, "_draft_wrong": 1.0}) == {
+        "conversion_rate": 0.0
+    }
+    assert ratio_metrics({"_both_wrong": 0.0, "_either_wrong": 0.0, "_alpha_wrong": 0.0}) == {}
+    assert ratio_metrics({"_both_wrong": 0.2, "_either_wrong": 0.5}) == pytest.approx({"jaccard": 0.4})
