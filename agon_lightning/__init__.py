@@ -1,0 +1,72 @@
+"""agon-lightning: Agon's drafter/challenger game on PyTorch Lightning, and the cascade it deploys.
+
+The public API, importable from the package itself::
+
+    from agon_lightning import AgonModule, Cascade, Problem, Verifier, Summarizer, Reward, Rollout
+
+Every name is imported on first use (PEP 562 ``__getattr__``), so ``import agon_lightning.text``
+or ``agon --help`` do not load torch and Lightning. The names stay where they are when modules
+move: code that imports them from here keeps working.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name → the module that defines it
+_EXPORTS: dict[str, str] = {
+    # the game and the deployed pair
+    "AgonModule": "agon_lightning.module",
+    "GRPOOptions": "agon_lightning.module",
+    "LoraOptions": "agon_lightning.policy",
+    "Prompts": "agon_lightning.prompts",
+    "Cascade": "agon_lightning.cascade",
+    "CascadeResult": "agon_lightning.pipeline",
+    "CascadeSample": "agon_lightning.pipeline",
+    # the data that flows between components
+    "Problem": "agon_lightning.types",
+    "Verdict": "agon_lightning.types",
+    # component interfaces and built-ins
+    "Verifier": "agon_lightning.verifiers.base",
+    "ExactMatchVerifier": "agon_lightning.verifiers.exact",
+    "ReasoningGymVerifier": "agon_lightning.verifiers.reasoning_gym",
+    "MathVerifier": "agon_lightning.verifiers.math",
+    "CodeVerifier": "agon_lightning.verifiers.code",
+    "RewardFunctionVerifier": "agon_lightning.verifiers.reward_function",
+    "Summarizer": "agon_lightning.summarizers.base",
+    "StripTraceSummarizer": "agon_lightning.summarizers.basic",
+    "FullSummarizer": "agon_lightning.summarizers.basic",
+    "HiddenSummarizer": "agon_lightning.summarizers.basic",
+    "Qwen3Summarizer": "agon_lightning.summarizers.qwen3",
+    "CodeSummarizer": "agon_lightning.summarizers.code",
+    "Reward": "agon_lightning.rewards",
+    "RoleRewards": "agon_lightning.rewards",
+    "CompetitiveReward": "agon_lightning.rewards",
+    "CorrectnessReward": "agon_lightning.rewards",
+    "Rollout": "agon_lightning.rollout",
+    "RolloutBatch": "agon_lightning.rollout",
+    "HFRollout": "agon_lightning.rollout",
+    "VLLMRollout": "agon_lightning.vllm_rollout",
+    # data modules
+    "ProblemDataModule": "agon_lightning.data.base",
+    "ReasoningGymDataModule": "agon_lightning.data.reasoning_gym",
+    "FileProblemDataModule": "agon_lightning.data.files",
+    "DeepMathDataModule": "agon_lightning.data.deepmath",
+    "CodeContestsDataModule": "agon_lightning.data.codecontests",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agon_lightning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
