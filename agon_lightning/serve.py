@@ -17,7 +17,7 @@ processes behind its own batching loop made for one ``predict`` per request; the
 requests grouped by sampling settings, a first stage whose output feeds a second, and a stream
 of only the second: a plain ASGI app with one worker thread (:mod:`agon_lightning.serve_queue`)
 says that in less code. SIGTERM and SIGINT stop the server gracefully: it stops accepting,
-answers what it has accepted, then exits.
+answers what it has accepted (streams included, up to 60 s), then exits with status 0.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import secrets
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 try:
@@ -291,8 +291,8 @@ def create_app(server: Server, queue: BatchQueue | None = None, api_key: str | N
         return response(job, result, chat)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "batches": queue.batches}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -322,6 +322,30 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     return sock
+
+
+def uvicorn_server(config: Any) -> Any:
+    """uvicorn's server, shutting down gracefully on SIGTERM/SIGINT and then returning (exit status 0).
+
+    uvicorn itself re-raises the signal once it has shut down, so the process would end by the
+    signal before ``serve_main`` could say it stopped.
+    """
+    import signal
+
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            signals = (signal.SIGINT, signal.SIGTERM)
+            previous = {s: signal.signal(s, self.handle_exit) for s in signals}
+            try:
+                yield
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+
+    return GracefulServer(config)
 
 
 def build_parser() -> Any:
@@ -382,5 +406,5 @@ def serve_main(argv: list[str] | None = None) -> None:
         f"default {server.default})",
         flush=True,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn_server(config).run(sockets=[sock])
     print("agon serve: stopped", flush=True)
