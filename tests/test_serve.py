@@ -1,56 +1,43 @@
 """``agon serve`` through the real ``openai`` client: a server on 127.0.0.1 that the module starts and stops.
 
 The bundle is the shipped tiny Qwen3 with fresh adapters (``beta`` with its Gaussian init, so
-the two differ) and the default config's prompts. One ``agon serve`` process (the installed
-command) serves every test; the last one stops it with SIGTERM while a stream is in flight.
+the two differ) and the default config's prompts (``benchmarks.bench_serve.make_bundle``). One
+``agon serve`` process (the installed command) serves every test; the last one stops it with
+SIGTERM while a stream is in flight.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
-from agon_lightning.bundle import save_bundle
 from agon_lightning.cascade import Cascade
 from agon_lightning.cli import main
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule
-from agon_lightning.policy import LoraOptions
-from agon_lightning.prompts import Prompts
-from agon_lightning.rollout import HFRollout
 from agon_lightning.serve import Server, create_app
 from agon_lightning.serve_engine import Job, Sampling, ServedModel, TextDeltas, cut_at_stop
 from agon_lightning.serve_queue import BatchQueue, QueueFull
+
+# benchmarks/ lives in the checkout, not in the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_serve import launch, make_bundle  # noqa: E402
 
 MAX_NEW = 40
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    module = AgonModule(
-        model_name_or_path="agon:tiny-qwen3",
-        lora=LoraOptions(r=4, beta_init_std=0.05),
-        rollout=HFRollout(max_new_tokens=MAX_NEW),
-        prompts=Prompts(challenge="{question}\nRival: {summary}"),
-    )
-    module.configure_model()
-    return save_bundle(module, tmp_path_factory.mktemp("serve") / "bundle")
+    return make_bundle(tmp_path_factory.mktemp("serve") / "bundle", MAX_NEW)
 
 
 @pytest.fixture(scope="module")
@@ -62,32 +49,8 @@ def questions(tmp_path_factory) -> tuple[list[str], Path]:
 
 @pytest.fixture(scope="module")
 def served(bundle):
-    """``(base URL, process)`` of ``agon serve --port 0`` on the bundle, stopped after the module."""
-    agon = shutil.which("agon", path=str(Path(sys.executable).parent)) or shutil.which("agon")
-    proc = subprocess.Popen(
-        [agon, "serve", "--bundle", str(bundle), "--port", "0", "--threads", "1", "--batch-wait-ms", "20",
-         "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    lines: list[str] = []
-    url = None
-    deadline = time.monotonic() + 120
-    while url is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        lines.append(line)
-        if line.startswith("agon serve: http://"):
-            url = line.split()[2]
-    assert url, "agon serve did not start:\n" + "".join(lines)
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    for _ in range(100):
-        try:
-            if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.1)
+    """``(base URL, process, output)`` of ``agon serve --port 0`` on the bundle, stopped after the module."""
+    url, proc, lines = launch(bundle, "--batch-wait-ms", "20")
     yield url, proc, lines
     if proc.poll() is None:
         proc.kill()
