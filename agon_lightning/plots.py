@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATS = {"pass@1": "held-out pass@1 (greedy)", "length": "completion tokens"}
+STATS = {"pass@1": "pass@1 (greedy)", "length": "completion tokens"}
 SPLIT_TITLES = {"": "held-out", "hard": "hard split"}
 # Fixed colours for the evaluator's keys, so every run's plot reads the same; others take the next free one.
 KNOWN_COLOURS = {

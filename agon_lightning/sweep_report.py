@@ -198,7 +198,7 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
     palette = colours(list(by_variant))
     single = {"grpo", "grpo_n"}  # the variants that train one adapter (game: grpo) and deploy it alone
     for index, name, stat, label in [
-        (1, "pass_at_1.png", "hard_pass_at_1", "held-out pass@1 (greedy)"),
+        (1, "pass_at_1.png", "hard_pass_at_1", "pass@1 (greedy)"),
         (2, "length.png", "hard_length", "completion tokens"),
     ]:
         main, hard = Panel("held-out", label), Panel("hard split (last evaluation)", label)
@@ -223,7 +223,8 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
             mean, std = mean_std([getattr(r, stat) for r in rs])
             if not math.isnan(mean) and steps:
                 hard.series.append(
-                    Series(variant, [steps[-1]], [mean], std=[0.0 if math.isnan(std) else std], **style)
+                    Series(variant, [steps[-1]], [mean], std=[0.0 if math.isnan(std) else std],
+                           level=variant in EVAL_ONLY, **style)  # fmt: skip
                 )
         panels = [main, hard] if hard.series else [main]
         draw(panels, len(panels), out / name, f"deployed policy of each variant: {label}")
