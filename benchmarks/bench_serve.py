@@ -4,8 +4,9 @@ The shipped tiny Qwen3 with fresh adapters is served by the real command (``agon
 backend, one torch thread) and asked greedy chat completions of the default cascade (draft,
 summary, answer) by the ``openai`` client from 1, 4 or 16 threads, each sending its next
 request when the last one is answered. The same requests run against a second server with
-``--max-batch-size 1`` (no batching) in the same run, so the table's ratio is batching's gain
-on this machine, whatever else runs on it.
+``--max-batch-size 1`` (no batching), started beside the first and measured in turn (A B B A,
+each value the mean of its two rounds), so the table's ratio is batching's gain on this machine,
+whatever else runs on it.
 
     python -m benchmarks.bench_serve
     python -m benchmarks.bench_serve --requests 96 --clients 1 4 16 32 --max-new-tokens 80
@@ -119,17 +120,27 @@ def main() -> None:
 
     dm = ReasoningGymDataModule(train_size=4, val_size=args.requests, val_seed=21)
     questions = [p.question for p in dm.val_problems[: args.requests]]
-    results: dict[str, dict[int, dict[str, float]]] = {}
+    names = {"batched": "32", "one at a time": "1"}
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {
+        name: {c: [] for c in args.clients} for name in names
+    }
     with tempfile.TemporaryDirectory() as tmp:
         bundle = make_bundle(Path(tmp) / "bundle", args.max_new_tokens)
-        for name, batch in (("batched", "32"), ("one at a time", "1")):
-            url, proc, _ = launch(bundle, "--max-batch-size", batch)
-            try:
+        servers = {name: launch(bundle, "--max-batch-size", batch) for name, batch in names.items()}
+        try:
+            for url, _, _ in servers.values():
                 load(url, questions[:4], 2)  # warm-up
-                results[name] = {c: load(url, questions, c) for c in args.clients}
-            finally:
+            for c in args.clients:  # A B B A: both servers see the same drift of a shared machine
+                for name in [*names, *reversed(names)]:
+                    runs[name][c].append(load(servers[name][0], questions, c))
+        finally:
+            for _, proc, _ in servers.values():
                 proc.terminate()
                 proc.wait(timeout=60)
+    results = {
+        name: {c: {k: statistics.fmean(r[k] for r in rs) for k in rs[0]} for c, rs in by.items()}
+        for name, by in runs.items()
+    }
     rows: list[list[Any]] = []
     for c in args.clients:
         on, off = results["batched"][c], results["one at a time"][c]
