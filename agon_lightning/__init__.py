@@ -14,7 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# public name → the module that defines it
+# public name → the module that defines it. The built-in components (ExactMatchVerifier,
+# HFRollout, ...) stay in their modules: LightningCLI prints a class chosen by its bare name
+# (``--model.verifier=ExactMatchVerifier``) under the shortest path that imports it, and their
+# full paths are what configs, bundles and docs say.
 _EXPORTS: dict[str, str] = {
     # the game and the deployed pair
     "AgonModule": "agon_lightning.module",
@@ -27,27 +30,13 @@ _EXPORTS: dict[str, str] = {
     # the data that flows between components
     "Problem": "agon_lightning.types",
     "Verdict": "agon_lightning.types",
-    # component interfaces and built-ins
+    # the component interfaces
     "Verifier": "agon_lightning.verifiers.base",
-    "ExactMatchVerifier": "agon_lightning.verifiers.exact",
-    "ReasoningGymVerifier": "agon_lightning.verifiers.reasoning_gym",
-    "MathVerifier": "agon_lightning.verifiers.math",
-    "CodeVerifier": "agon_lightning.verifiers.code",
-    "RewardFunctionVerifier": "agon_lightning.verifiers.reward_function",
     "Summarizer": "agon_lightning.summarizers.base",
-    "StripTraceSummarizer": "agon_lightning.summarizers.basic",
-    "FullSummarizer": "agon_lightning.summarizers.basic",
-    "HiddenSummarizer": "agon_lightning.summarizers.basic",
-    "Qwen3Summarizer": "agon_lightning.summarizers.qwen3",
-    "CodeSummarizer": "agon_lightning.summarizers.code",
     "Reward": "agon_lightning.rewards",
     "RoleRewards": "agon_lightning.rewards",
-    "CompetitiveReward": "agon_lightning.rewards",
-    "CorrectnessReward": "agon_lightning.rewards",
     "Rollout": "agon_lightning.rollout",
     "RolloutBatch": "agon_lightning.rollout",
-    "HFRollout": "agon_lightning.rollout",
-    "VLLMRollout": "agon_lightning.vllm_rollout",
     # data modules
     "ProblemDataModule": "agon_lightning.data.base",
     "ReasoningGymDataModule": "agon_lightning.data.reasoning_gym",

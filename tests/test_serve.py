@@ -25,8 +25,9 @@ from agon_lightning.cli import main
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.serve import Server, create_app
-from agon_lightning.serve_engine import Job, Sampling, ServedModel, TextDeltas, cut_at_stop
+from agon_lightning.serve_engine import Job, Sampling, ServedModel
 from agon_lightning.serve_queue import BatchQueue, QueueFull
+from agon_lightning.serve_stream import TextDeltas, cut_at_stop
 
 # benchmarks/ lives in the checkout, not in the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
