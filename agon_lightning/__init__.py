@@ -1,0 +1,61 @@
+"""agon-lightning: Agon's drafter/challenger game on PyTorch Lightning, and the cascade it deploys.
+
+The public API, importable from the package itself::
+
+    from agon_lightning import AgonModule, Cascade, Problem, Verifier, Summarizer, Reward, Rollout
+
+Every name is imported on first use (PEP 562 ``__getattr__``), so ``import agon_lightning.text``
+or ``agon --help`` do not load torch and Lightning. The names stay where they are when modules
+move: code that imports them from here keeps working.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name → the module that defines it. The built-in components (ExactMatchVerifier,
+# HFRollout, ...) stay in their modules: LightningCLI prints a class chosen by its bare name
+# (``--model.verifier=ExactMatchVerifier``) under the shortest path that imports it, and their
+# full paths are what configs, bundles and docs say.
+_EXPORTS: dict[str, str] = {
+    # the game and the deployed pair
+    "AgonModule": "agon_lightning.module",
+    "GRPOOptions": "agon_lightning.module",
+    "LoraOptions": "agon_lightning.policy",
+    "Prompts": "agon_lightning.prompts",
+    "Cascade": "agon_lightning.cascade",
+    "CascadeResult": "agon_lightning.pipeline",
+    "CascadeSample": "agon_lightning.pipeline",
+    # the data that flows between components
+    "Problem": "agon_lightning.types",
+    "Verdict": "agon_lightning.types",
+    # the component interfaces
+    "Verifier": "agon_lightning.verifiers.base",
+    "Summarizer": "agon_lightning.summarizers.base",
+    "Reward": "agon_lightning.rewards",
+    "RoleRewards": "agon_lightning.rewards",
+    "Rollout": "agon_lightning.rollout",
+    "RolloutBatch": "agon_lightning.rollout",
+    # data modules
+    "ProblemDataModule": "agon_lightning.data.base",
+    "ReasoningGymDataModule": "agon_lightning.data.reasoning_gym",
+    "FileProblemDataModule": "agon_lightning.data.files",
+    "DeepMathDataModule": "agon_lightning.data.deepmath",
+    "CodeContestsDataModule": "agon_lightning.data.codecontests",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agon_lightning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

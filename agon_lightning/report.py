@@ -1,4 +1,4 @@
-"""The end-of-run report: a start-vs-end table and a plot of the validation curves.
+"""The end-of-run report: a start-vs-end table (the plot of the curves is :mod:`agon_lightning.plots`).
 
 Pure functions over the evaluator's history ``[(step, {metric: value})]`` so they are
 testable without a trainer; :class:`~agon_lightning.callbacks.report.ValidationReport`
@@ -8,7 +8,6 @@ calls them when ``fit`` ends.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 Histories = list[tuple[int, dict[str, float]]]
 
@@ -35,41 +34,3 @@ def start_end_table(history: Histories, keys: list[str] | None = None) -> str:
         l0, l1 = first.get(f"val/{key}/length", float("nan")), last.get(f"val/{key}/length", float("nan"))
         lines.append(f"| {key} | {p0:.3f} | {p1:.3f} | {p1 - p0:+.3f} | {l0:.1f} | {l1:.1f} |")
     return "\n".join(lines)
-
-
-def plot_history(history: Histories, path: str | Path) -> Path:
-    """Save pass@1 and length against step, one line per policy, to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    keys = sorted(
-        {
-            k[len("val/") : -len("/pass@1")]
-            for _, m in history
-            for k in m
-            if k.startswith("val/") and k.endswith("/pass@1")
-        }
-    )
-    keys = [k for k in keys if k != "deployed"]
-    fig, (ax_acc, ax_len) = plt.subplots(1, 2, figsize=(11, 4))
-    steps = [s for s, _ in history]
-    for key in keys:
-        ax_acc.plot(
-            steps, [m.get(f"val/{key}/pass@1", float("nan")) for _, m in history], marker="o", label=key
-        )
-        ax_len.plot(
-            steps, [m.get(f"val/{key}/length", float("nan")) for _, m in history], marker="o", label=key
-        )
-    ax_acc.set(xlabel="step", ylabel="held-out pass@1 (greedy)", title="accuracy")
-    ax_len.set(xlabel="step", ylabel="completion tokens", title="length")
-    for ax in (ax_acc, ax_len):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

@@ -224,18 +224,22 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
 
 
 def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
-    """``pass_at_1.png`` and ``length.png``: mean over seeds against step, ± std shaded, one
-    line per variant; evaluation-only variants as dashed horizontal lines."""
-    import matplotlib
+    """``pass_at_1.png`` and ``length.png``: the deployed policy of each variant, a panel per split.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The held-out panel is the mean over seeds against step (± std shaded); the hard split is
+    evaluated in every run but only its last value is kept, so its panel shows that one point
+    (± std over seeds). One colour per variant in both panels and files, dashed where the
+    variant deploys a cascade, ``agon`` thick; evaluation-only variants are horizontal lines.
+    """
+    from agon_lightning.plots import Panel, Series, colours, draw
 
-    for index, name, label in [
-        (1, "pass_at_1.png", "held-out pass@1 (greedy)"),
-        (2, "length.png", "completion tokens"),
+    palette = colours(list(by_variant))
+    single = {"grpo", "grpo_n"}  # the variants that train one adapter (game: grpo) and deploy it alone
+    for index, name, stat, label in [
+        (1, "pass_at_1.png", "hard_pass_at_1", "pass@1 (greedy)"),
+        (2, "length.png", "hard_length", "completion tokens"),
     ]:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        main, hard = Panel("held-out", label), Panel("hard split (last evaluation)", label)
         for variant, rs in by_variant.items():
             by_step: dict[int, list[float]] = {}
             for r in rs:
@@ -243,17 +247,22 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
                     by_step.setdefault(point[0], []).append(point[index])
             steps = sorted(by_step)
             stats = [mean_std(by_step[s]) for s in steps]
-            means = [m for m, _ in stats]
-            if variant in EVAL_ONLY:
-                ax.axhline(means[-1], linestyle="--", color="grey", label=variant)
-                continue
-            (line,) = ax.plot(steps, means, marker="o", label=variant)
-            stds = [0.0 if math.isnan(s) else s for _, s in stats]
-            ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                            color=line.get_color(), alpha=0.15)  # fmt: skip
-        ax.set(xlabel="training step", ylabel=label, title=f"deployed policy: {label}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
+            style = dict(colour=palette[variant], dashed=variant not in single, emphasised=variant == "agon")
+            main.series.append(
+                Series(
+                    variant,
+                    steps,
+                    [m for m, _ in stats],
+                    std=[0.0 if math.isnan(s) else s for _, s in stats],
+                    level=variant in EVAL_ONLY,
+                    **style,
+                )  # fmt: skip
+            )
+            mean, std = mean_std([getattr(r, stat) for r in rs])
+            if not math.isnan(mean) and steps:
+                hard.series.append(
+                    Series(variant, [steps[-1]], [mean], std=[0.0 if math.isnan(std) else std],
+                           level=variant in EVAL_ONLY, **style)  # fmt: skip
+                )
+        panels = [main, hard] if hard.series else [main]
+        draw(panels, len(panels), out / name, f"deployed policy of each variant: {label}")

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import lightning as L
 
-from agon_lightning.report import plot_history, start_end_table
+from agon_lightning.plots import plot_validation
+from agon_lightning.report import start_end_table
 
 from .run_files import run_dir
 
 
 class ValidationReport(L.Callback):
-    """At the end of ``fit``: a markdown table (stdout and ``report.md``), ``validation.png``, and
+    """At the end of ``fit``: a markdown table (stdout and ``report.md``), ``validation.png`` (a column
+    per split, each policy in its own colour, cascades dashed, the deployed one thick), and
     ``outcomes.jsonl`` — the last evaluation problem by problem (question, split, and for each
     policy whether it was right, its tokens and cost; for each cascade what it converted or
     broke), for paired comparisons between runs. ``agon validate`` writes ``outcomes.jsonl`` too.
@@ -33,7 +35,7 @@ class ValidationReport(L.Callback):
         table = start_end_table(history)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(table + "\n")
-        plot = plot_history(history, out / self.filename)
+        plot = plot_validation(history, out / self.filename, pl_module.evaluator.deployed_key)
         write_outcomes(out, pl_module.evaluator.last_outcomes)
         print(f"\nHeld-out validation, start vs end (greedy pass@1, mean tokens):\n{table}\nplot: {plot}\n")
 

@@ -1,4 +1,4 @@
-from agon_lightning.report import pass_at_1_stderr, plot_history, start_end_table
+from agon_lightning.report import pass_at_1_stderr, start_end_table
 
 HISTORY = [
     (
@@ -27,11 +27,6 @@ def test_start_end_table():
     assert "| cascade_ab | 0.300 | 0.550 | +0.250 | 41.0 | 35.0 |" in table
     assert "| base | 0.300 | 0.300 | +0.000 |" in table
     assert start_end_table([]) == "(no validation was run)"
-
-
-def test_plot_is_written(tmp_path):
-    path = plot_history(HISTORY, tmp_path / "v.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_stderr():

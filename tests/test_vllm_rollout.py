@@ -209,6 +209,27 @@ def test_cascade_samples_both_stages_through_one_engine(module, engine, tmp_path
         assert sum(x["final"] == y["final"] for x, y in zip(a, b)) >= 7, drafter
 
 
+@needs_vllm
+def test_agon_serve_runs_a_batch_of_requests_through_the_engine(module, engine, tmp_path):
+    from agon_lightning.serve import Server
+    from agon_lightning.serve_api import APIError, CompletionRequest
+
+    cascade = Cascade.from_pretrained(save_bundle(module, tmp_path / "bundle"), backend="vllm")
+    cascade.rollout = engine  # the module's engine: same base; it re-reads this cascade's adapters
+    server = Server(cascade, "vllm")
+    questions = [p.question for p in problems(4, seed=12)]
+    jobs = [server.job(CompletionRequest(prompt=q, temperature=0), [q]) for q in questions]
+    server.runner.run(jobs)  # one batch: both stages, one engine call each
+    expected = [r.final.final for r in cascade.solve(questions)]  # the same batch through Cascade
+    assert [j.future.result().choices[0].text for j in jobs] == expected
+    streamed, pieces = server.job(CompletionRequest(prompt=questions[1], temperature=0), questions[1:2]), []
+    streamed.emit = lambda index, item: pieces.append(item) if isinstance(item, str) else None
+    server.runner.run([streamed])  # on vLLM the final text arrives in one piece
+    assert pieces == [streamed.future.result().choices[0].text]
+    with pytest.raises(APIError, match="seed is honoured on the hf backend only"):
+        server.job(CompletionRequest(prompt="1+1", seed=1), ["1+1"])
+
+
 # ---------------------------------------------------------------------------------------------
 @needs_vllm
 def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):

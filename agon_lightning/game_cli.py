@@ -1,0 +1,84 @@
+"""``agon fit|validate|test|predict --config``: LightningCLI over the game.
+
+Kept apart from :mod:`agon_lightning.cli` (the command table and ``main``) so that ``agon --help``
+and every command that does not train load neither Lightning nor torch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from agon_lightning.cli import COMMANDS
+from agon_lightning.cli_base import BaseCLI, compact_usage
+from agon_lightning.data.base import ProblemDataModule
+from agon_lightning.errors import UsageError
+from agon_lightning.module import AgonModule
+
+
+def default_loggers(save_dir: str) -> list[Any]:
+    """CSV always (``metrics.csv`` in the run directory), TensorBoard too when installed."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(save_dir, name="lightning_logs")]
+    try:
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(save_dir, name="lightning_logs", version=loggers[0].version))
+    except ModuleNotFoundError:
+        pass
+    return loggers
+
+
+class AgonCLI(BaseCLI):
+    """LightningCLI over :class:`AgonModule` and any :class:`ProblemDataModule`; ``--ckpt_path last``
+    must find a checkpoint."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("model_class", AgonModule)
+        kwargs.setdefault("datamodule_class", ProblemDataModule)
+        kwargs.setdefault("subclass_mode_data", True)
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault(
+            "parser_kwargs",
+            {"prog": "agon"}
+            | {
+                command: {"usage": compact_usage(f"agon {command}"), "description": COMMANDS[command][1]}
+                for command in self.subcommands()
+            },
+        )
+        super().__init__(*args, **kwargs)
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        trainer_config = self._get(self.config_init, "trainer", default={})
+        if trainer_config.get("logger") in (None, True):
+            kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
+        return super().instantiate_trainer(**kwargs)
+
+    def require_last_checkpoint(self) -> None:
+        """``--ckpt_path last`` with nothing to resume is an error, not a silent fresh start."""
+        if self.config[self.subcommand].get("ckpt_path") != "last":
+            return
+        callbacks = [cb for cb in self.trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)]
+        if not callbacks:
+            raise UsageError(
+                "--ckpt_path last: no checkpoint callback is configured, so there is no last checkpoint "
+                "(agon_lightning.callbacks.AgonCheckpoint writes one)"
+            )
+        found = [p for cb in callbacks for p in cb._find_last_checkpoints(self.trainer) if os.path.exists(p)]
+        if not found:
+            searched = ", ".join(sorted({str(cb.dirpath) for cb in callbacks if cb.dirpath}))
+            raise UsageError(
+                f"--ckpt_path last: no last checkpoint to resume in {searched or 'the logger directory'}; "
+                "drop --ckpt_path to start from scratch, or give --trainer.default_root_dir of the run"
+            )
+
+    before_fit = before_validate = before_test = before_predict = require_last_checkpoint
+
+
+def lightning_main(argv: list[str]) -> None:
+    """``agon fit|validate|test|predict ARGS``: LightningCLI over the game."""
+    AgonCLI(args=argv)

@@ -1,0 +1,261 @@
+"""What ``agon serve`` runs for a batch of requests: the served models, the sampling, both stages.
+
+A served *model* is a way through the bundle: ``cascade_ab`` (``alpha`` drafts, ``beta``
+answers after reading the draft's summary), ``cascade_ba``, one adapter alone, or the base.
+:class:`CascadeRunner` runs a batch of requests that share a model and sampling settings
+through the deployment code — the bundle's :class:`~agon_lightning.cascade.Cascade` (its
+prompts, summarizer and rollout) and :func:`~agon_lightning.pipeline.challenge_prompts`, the
+one place the second stage's input is built — so a greedy request answers exactly what
+``agon predict`` writes. With ``n > 1`` each of the n drafts is answered once (n choices, no
+vote). Stop strings cut the returned text; generation itself runs to EOS or the budget.
+
+**Streaming** (HF backend): the final stage samples through ``generate`` with a streamer that
+hands each step's tokens to the request as they are produced (greedy tokens are the decode
+loop's, ``tests/test_decode.py``); the draft is not streamed, it is sent with its summary in
+the first chunk. On the vLLM backend the final stage's text arrives in one piece when it is done.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agon_lightning.cascade import Cascade
+from agon_lightning.pipeline import challenge_prompts
+from agon_lightning.policy import sample_with
+from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch, stop_token_ids
+from agon_lightning.serve_api import APIError
+from agon_lightning.serve_stream import StreamingHFRollout, TextDeltas, cut_at_stop
+from agon_lightning.types import Problem
+from agon_lightning.validation import cascade_pairs
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One name of ``/v1/models``: the adapter that drafts (``None``: one stage) and the one that answers
+    (``None``: the base with adapters off)."""
+
+    name: str
+    drafter: str | None
+    answerer: str | None
+
+    def describe(self) -> str:
+        if self.drafter is None:
+            return f"{self.answerer or 'the base'} alone"
+        return f"{self.drafter} drafts, {self.answerer} answers after reading its summary"
+
+
+def served_models(cascade: Cascade) -> tuple[dict[str, ServedModel], str]:
+    """``({name: model}, default name)``: both cascades, each adapter, the base; the bundle's cascade first."""
+    cascades = [ServedModel(key, d, a) for key, d, a in cascade_pairs(cascade.adapters, "agon")]
+    default = next(m.name for m in cascades if m.drafter == cascade.drafter)
+    models = sorted(cascades, key=lambda m: m.name != default)
+    models += [ServedModel(a, None, a) for a in cascade.adapters] + [ServedModel("base", None, None)]
+    return {m.name: m for m in models}, default
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One batch's sampling settings (both stages)."""
+
+    greedy: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    max_tokens: int
+
+
+@dataclass
+class Choice:
+    """One answer: the final stage's text and, for a cascade, the draft it read."""
+
+    text: str
+    finish_reason: str
+    final_prompt_tokens: int
+    final_tokens: int
+    draft: str | None = None
+    summary: str | None = None
+    draft_tokens: int = 0
+    draft_truncated: bool = False
+
+
+@dataclass
+class Result:
+    """A request's choices (question i, sample j at index ``i * n + j``) and its draft prompts' tokens."""
+
+    choices: list[Choice]
+    draft_prompt_tokens: int
+
+
+@dataclass(eq=False)
+class Job:
+    """One request waiting in the queue.
+
+    Attributes:
+        emit: For a streamed request, called from the worker with ``(choice index, text delta)``
+            as the final stage produces it, and with ``(index, Choice)`` once the draft is known
+            (the choice's text is empty then).
+    """
+
+    model: ServedModel
+    questions: list[str]
+    n: int
+    sampling: Sampling
+    seed: int | None = None
+    stops: list[str] = field(default_factory=list)
+    emit: Callable[[int, Any], None] | None = None
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+    @property
+    def rows(self) -> int:
+        return len(self.questions) * self.n
+
+    def key(self) -> Any:
+        """Jobs with equal keys run in one batch; a seeded job runs alone, so its seed decides its samples."""
+        if self.seed is not None:
+            return id(self)
+        return self.model, self.sampling, self.emit is not None
+
+
+@contextmanager
+def sampling_settings(rollout: Rollout, s: Sampling) -> Iterator[None]:
+    """The rollout samples with ``s`` inside the block, and with its own settings again after it."""
+    names = ("max_new_tokens", "temperature", "top_p", "top_k")
+    saved = {n: getattr(rollout, n) for n in names}
+    for n, v in zip(names, (s.max_tokens, s.temperature, s.top_p, s.top_k)):
+        setattr(rollout, n, v)
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(rollout, n, v)
+
+
+class CascadeRunner:
+    """Runs batches of :class:`Job` through the bundle's cascade (one worker thread calls :meth:`run`).
+
+    Args:
+        cascade: The loaded bundle.
+        context: Longest prompt + completion the model takes (its ``max_position_embeddings``).
+    """
+
+    def __init__(self, cascade: Cascade, context: int | None) -> None:
+        self.cascade = cascade
+        self.context = context
+
+    def run(self, jobs: list[Job]) -> None:
+        """Solve every job of the batch and settle its future (an error settles each with it)."""
+        jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
+        try:
+            jobs = [j for j in jobs if self._fits(j)]
+            if not jobs:
+                return
+            results = self._solve(jobs)
+        except Exception as err:  # noqa: BLE001 — each request is answered with the error; the server lives on
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(err)
+            return
+        for job, result in zip(jobs, results):
+            job.future.set_result(result)
+
+    def _fits(self, job: Job) -> bool:
+        """False (the job answered with a 400) when a prompt and the budget overflow the model's context."""
+        if self.context is None:
+            return True
+        c = self.cascade
+        prompts = [c.prompts.draft_prompt(c.tokenizer, Problem(q)) for q in job.questions]
+        longest = max(len(ids) for ids in c.tokenizer(prompts, add_special_tokens=False)["input_ids"])
+        if longest + job.sampling.max_tokens <= self.context:
+            return True
+        job.future.set_exception(
+            APIError(
+                400,
+                f"this model's context is {self.context} tokens, but the prompt takes {longest} and max_tokens "
+                f"asks for {job.sampling.max_tokens}; shorten the prompt or lower max_tokens",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        )
+        return False
+
+    def _solve(self, jobs: list[Job]) -> list[Result]:
+        c, first = self.cascade, jobs[0]
+        model, sampling = first.model, first.sampling
+        if first.seed is not None:
+            torch.manual_seed(first.seed)
+        owners = [
+            (job, i * job.n + j) for job in jobs for i in range(len(job.questions)) for j in range(job.n)
+        ]
+        problems = [Problem(q) for job in jobs for q in job.questions for _ in range(job.n)]
+        prompts = [c.prompts.draft_prompt(c.tokenizer, p) for p in problems]
+        draft, summaries = None, None
+        with sampling_settings(c.rollout, sampling):
+            if model.drafter is not None:
+                draft = c.sample(model.drafter, prompts, 1, sampling.greedy)
+                summaries, prompts = challenge_prompts(c, problems, draft)
+                for row, (job, index) in enumerate(owners):
+                    if job.emit is not None:
+                        job.emit(index, self._choice(None, row, draft, summaries, "", False))
+            final = self._final(model.answerer, prompts, sampling.greedy, owners, first)
+        finals = [cut_at_stop(t, job.stops) for t, (job, _) in zip(final.texts, owners)]
+        choices = [self._choice(final, row, draft, summaries, *finals[row]) for row in range(len(owners))]
+        results = {id(job): Result([None] * job.rows, 0) for job in jobs}  # type: ignore[list-item]
+        for row, (job, index) in enumerate(owners):
+            results[id(job)].choices[index] = choices[row]
+        # The prompt of each question counts once, however many samples it has (OpenAI's usage).
+        prompt_tokens = (draft or final).prompt_mask.sum(dim=1).tolist()
+        for row, (job, index) in enumerate(owners):
+            if index % job.n == 0:
+                results[id(job)].draft_prompt_tokens += int(prompt_tokens[row]) if draft is not None else 0
+        return [results[id(job)] for job in jobs]
+
+    def _final(
+        self, adapter: str | None, prompts: list[str], greedy: bool, owners: list[tuple[Job, int]], first: Job
+    ) -> RolloutBatch:
+        """The answering stage; streamed token by token for streamed jobs on the HF backend."""
+        c = self.cascade
+        if first.emit is None:
+            return c.sample(adapter, prompts, 1, greedy)
+        eos = stop_token_ids(c.policy, c.tokenizer)
+        rows = [
+            TextDeltas(c.tokenizer, eos, job.stops, lambda text, job=job, index=index: job.emit(index, text))
+            for job, index in owners
+        ]
+        if not isinstance(c.rollout, HFRollout):
+            final = c.sample(adapter, prompts, 1, greedy)
+            for row, text in zip(rows, final.texts):
+                row.emit(cut_at_stop(text, row.stops)[0])
+            return final
+        rollout = StreamingHFRollout(c.rollout, lambda row, token: rows[row].add(token))
+        final = sample_with(c.policy, rollout, c.tokenizer, adapter, prompts, 1, greedy)
+        for row in rows:
+            row.finish()
+        return final
+
+    @staticmethod
+    def _choice(
+        final: RolloutBatch | None,
+        row: int,
+        draft: RolloutBatch | None,
+        summaries: list[str] | None,
+        text: str,
+        stopped: bool,
+    ) -> Choice:
+        """Row ``row``'s choice (``final`` is ``None`` while only the draft is known)."""
+        truncated = final is not None and bool(final.truncated[row]) and not stopped
+        choice = Choice(
+            text=text,
+            finish_reason="length" if truncated else "stop",
+            final_prompt_tokens=0 if final is None else int(final.prompt_mask[row].sum()),
+            final_tokens=0 if final is None else int(final.lengths[row]),
+        )
+        if draft is not None and summaries is not None:
+            choice.draft, choice.summary = draft.texts[row], summaries[row]
+            choice.draft_tokens, choice.draft_truncated = int(draft.lengths[row]), bool(draft.truncated[row])
+        return choice

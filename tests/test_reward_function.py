@@ -1,0 +1,122 @@
+"""TRL-style reward functions as verifiers: plain, conversational and async, chosen by import path."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agon_lightning.bundle import build_component, component_spec
+from agon_lightning.cli import AgonCLI
+from agon_lightning.text import extract_answer
+from agon_lightning.types import Problem
+from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
+
+ROOT = Path(__file__).resolve().parents[1]
+CALLS: list[dict] = []
+
+
+def accuracy(completions, solution, **kwargs):
+    """TRL's usual shape: the gold answer in a dataset column, every other column in kwargs."""
+    CALLS.append({"completions": completions, "solution": solution, **kwargs})
+    return [1.0 if extract_answer(c) == s else 0.0 for c, s in zip(completions, solution)]
+
+
+def conversational_format(prompts, completions, **kwargs):
+    assert all(p[0]["role"] == "user" for p in prompts)
+    return [1.0 if "<answer>" in c[0]["content"] else 0.0 for c in completions]
+
+
+async def async_partial(completions, answer, level, **kwargs):
+    await asyncio.sleep(0)
+    return [None if lv is None else (0.5 if a in c else -1.0) for c, a, lv in zip(completions, answer, level)]
+
+
+def needs_state(completions, trainer_state):
+    return [0.0] * len(completions)
+
+
+def picky(completions, **kwargs):
+    if any("boom" in c for c in completions):
+        raise RuntimeError("cannot score boom")
+    return [1.0] * len(completions)
+
+
+PROBLEMS = [
+    Problem("1+1", "2", {"level": 1}),
+    Problem("2+2", "4", {"level": 2, "source": "x"}),
+    Problem("3+3", "6", {}),
+]
+COMPLETIONS = ["<think>1+1=2</think><answer>2</answer>", "<answer>5</answer>", "the answer is 6"]
+
+
+def test_a_plain_trl_reward_sees_prompts_completions_and_every_column():
+    CALLS.clear()
+    verifier = RewardFunctionVerifier("test_reward_function.accuracy", answer_column="solution")
+    verdicts = verifier.verify_batch(COMPLETIONS, PROBLEMS)
+    assert [v.correct for v in verdicts] == [True, False, False] and [v.score for v in verdicts] == [
+        1.0,
+        0.0,
+        0.0,
+    ]
+    (call,) = CALLS  # one batch call, as TRL makes it
+    assert call["prompts"] == ["1+1", "2+2", "3+3"] and call["solution"] == ["2", "4", "6"]
+    assert call["level"] == [1, 2, None] and call["source"] == [None, "x", None]
+    assert "trainer_state" not in call and "completion_ids" not in call
+
+
+def test_a_conversational_reward_gets_messages():
+    verifier = RewardFunctionVerifier(conversational_format, conversational=True)
+    assert [v.correct for v in verifier.verify_batch(COMPLETIONS, PROBLEMS)] == [True, True, False]
+    assert verifier.function == "test_reward_function.conversational_format"  # what a bundle records
+
+
+def test_an_async_reward_is_awaited_thresholded_and_scored():
+    verifier = RewardFunctionVerifier(async_partial, threshold=0.5, score_range=(-1.0, 1.0))
+    verdicts = verifier.verify_batch(COMPLETIONS, PROBLEMS)
+    assert [v.correct for v in verdicts] == [True, False, False]
+    assert [v.score for v in verdicts] == [0.75, 0.0, 0.0]
+    assert [v.reason for v in verdicts] == ["ok", "wrong_answer", "no_reward"]  # None: does not apply
+
+    async def inside_a_running_loop():
+        return verifier.verify(COMPLETIONS[0], PROBLEMS[0])
+
+    assert asyncio.run(inside_a_running_loop()).correct
+
+
+def test_errors_name_the_function_and_rows_it_fails_on():
+    with pytest.raises(ValueError, match="requires \\['trainer_state'\\]"):
+        RewardFunctionVerifier(needs_state)
+    with pytest.raises(ValueError, match="cannot import reward function 'test_reward_function.nope'"):
+        RewardFunctionVerifier("test_reward_function.nope")
+    with pytest.raises(ValueError, match="low < high"):
+        RewardFunctionVerifier(accuracy, score_range=(1.0, 1.0))
+    verifier = RewardFunctionVerifier(picky)
+    verdicts = verifier.verify_batch(["fine", "boom", "ok"], PROBLEMS)
+    assert [v.correct for v in verdicts] == [True, False, True]
+    assert verdicts[1].reason == "reward_error: RuntimeError: cannot score boom"
+    with pytest.raises(RuntimeError, match="cannot score boom"):  # every row fails: a bug, not model output
+        verifier.verify_batch(["boom", "boom"], PROBLEMS[:2])
+    wrong_length = RewardFunctionVerifier(lambda completions, **kw: [1.0])
+    with pytest.raises(ValueError, match="one reward per completion: 2 expected, got 1 values"):
+        wrong_length.rewards(["a", "b"], PROBLEMS[:2])
+
+
+def test_chosen_from_yaml_by_import_path_and_rebuilt_from_a_bundle(tiny_model_dir, tmp_path):
+    config = tmp_path / "verifier.yaml"
+    config.write_text(
+        "model:\n  verifier:\n    class_path: agon_lightning.verifiers.reward_function.RewardFunctionVerifier\n"
+        "    init_args: {function: test_reward_function.accuracy, threshold: 1.0, answer_column: solution}\n"
+    )
+    cli = AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), "--config", str(config),
+                        f"--model.model_name_or_path={tiny_model_dir}"], run=False)  # fmt: skip
+    verifier = cli.model.verifier
+    assert isinstance(verifier, RewardFunctionVerifier) and verifier.answer_column == "solution"
+    rebuilt = build_component(component_spec(verifier))
+    assert rebuilt.function == "test_reward_function.accuracy" and rebuilt.score_range == (0.0, 1.0)
+    assert [v.correct for v in rebuilt.verify_batch(COMPLETIONS, PROBLEMS)] == [True, False, False]
+    short = AgonCLI(args=["--config", str(ROOT / "configs/agon.yaml"), "--model.verifier=reward_function",
+                          "--model.verifier.function=test_reward_function.accuracy",
+                          "--model.verifier.answer_column=solution"], run=False)  # fmt: skip
+    assert isinstance(short.model.verifier, RewardFunctionVerifier)
