@@ -9,7 +9,7 @@ different blind spots. ``disable_adapter()`` gives the exact base: a free KL ref
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -330,16 +330,20 @@ def sample_with(
     num_samples: int,
     greedy: bool = False,
     trainable: list[nn.Parameter] | None = None,
+    weights: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Any:
     """Sample with ``adapter`` active (``None`` = the base, adapters disabled), in eval mode.
 
     The one sampling path of training, validation and the deployed cascade. How the rollout
     uses the active adapter is its own business (``HFRollout`` merges it into its decode
-    weights; vLLM samples its own copy).
+    weights; vLLM samples its own copy). ``weights`` is entered around the rollout itself, once
+    the adapter is chosen: sharded strategies gather the whole model there, once per rollout
+    (:func:`agon_lightning.strategies.gathered`).
     """
     with generating(model):
         if adapter is None:
-            with base_only(model, trainable):
+            with base_only(model, trainable), weights():
                 return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
         activate(model, adapter, trainable or [])
-        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+        with weights():
+            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

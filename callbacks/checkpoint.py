@@ -46,6 +46,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from agon_lightning.bundle import atomic_directory, save_bundle
+from agon_lightning.strategies import full_tensors
 
 from .interrupt import Interrupted, StopSignals
 
@@ -258,10 +259,13 @@ class AgonCheckpoint(ModelCheckpoint):
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         partial = os.path.join(os.path.dirname(filepath), f".{os.path.basename(filepath)}{PARTIAL_SUFFIX}")
         trainer.save_checkpoint(partial, self.save_weights_only)
+        module = trainer.lightning_module
+        # Whole adapters on every rank (a collective under sharding), written by rank zero alone.
+        adapters = full_tensors(module.policy) if self.bundles else None
         if trainer.is_global_zero:
             publish(partial, filepath)
-            if self.bundles:
-                save_bundle(trainer.lightning_module, bundle_dir(filepath), self._drafter_for_bundle(trainer))
+            if adapters is not None:
+                save_bundle(module, bundle_dir(filepath), self._drafter_for_bundle(trainer), adapters)
         trainer.strategy.barrier("AgonCheckpoint._save_checkpoint")
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
