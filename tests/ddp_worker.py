@@ -29,7 +29,7 @@ from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.module import AgonModule, GRPOOptions
 from agon_lightning.policy import LoraOptions
 from agon_lightning.prompts import Prompts
-from agon_lightning.strategies import DeepSpeedZeroStrategy, FSDP2Strategy, full_tensors
+from agon_lightning.strategies import DeepSpeedZeroStrategy, FSDP2Strategy, full_tensors, local
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
 GLOBAL_BATCH = 4
@@ -46,8 +46,10 @@ def strategy(name: str, devices: int, file_format: str) -> object:
         return "ddp" if devices > 1 else "auto"
     if name == "fsdp2":
         return FSDP2Strategy(save_distributed_checkpoint=file_format == "sharded")
-    if name in ("zero2", "zero3"):
-        return DeepSpeedZeroStrategy(stage=int(name[-1]))
+    if name == "zero2":
+        return DeepSpeedZeroStrategy(stage=2)
+    if name == "zero3":  # every weight partitioned (DeepSpeed keeps all of this tiny model whole by default)
+        return DeepSpeedZeroStrategy(stage=3, param_persistence_threshold=0)
     raise ValueError(f"unknown strategy {name!r}")
 
 
@@ -72,18 +74,11 @@ class Recorder(L.Callback):
 
 
 def optimizer_state(trainer: L.Trainer) -> dict:
-    """Each parameter group's name and its momentum buffers (this rank's part under ZeRO / FSDP2)."""
-    from agon_lightning.strategies import local
-
+    """The parameter groups' names and every state tensor (this rank's part under ZeRO and FSDP2)."""
     opt = trainer.strategy.optimizers[0]
     opt = getattr(opt, "optimizer", opt)  # a DeepSpeed ZeRO optimizer wraps the torch one
-    groups = []
-    for group in opt.param_groups:
-        buffers = [opt.state[p].get("momentum_buffer") for p in group["params"] if p in opt.state]
-        groups.append(
-            {"name": group.get("name"), "buffers": [local(b).clone() for b in buffers if b is not None]}
-        )
-    return {"groups": groups}
+    tensors = [local(v).clone() for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
+    return {"groups": [g.get("name") for g in opt.param_groups], "state": tensors}
 
 
 def main() -> None:

@@ -23,6 +23,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 
 
@@ -34,17 +36,57 @@ class DeepSpeedZeroStrategy(DeepSpeedStrategy):
             weights partitioned too (the model is built whole first, so the adapters' init is
             exactly as configured).
         exclude_frozen_parameters: Leave the frozen base out of checkpoints.
+        param_persistence_threshold: ZeRO-3 keeps parameters of at most this many elements
+            whole on every rank (DeepSpeed's ``stage3_param_persistence_threshold``; ``None``:
+            DeepSpeed's default, 1e5, which keeps LoRA factors and norms whole). ``0`` partitions all.
         **kwargs: Passed to :class:`~lightning.pytorch.strategies.DeepSpeedStrategy`.
     """
 
-    def __init__(self, stage: int = 2, exclude_frozen_parameters: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        stage: int = 2,
+        exclude_frozen_parameters: bool = True,
+        param_persistence_threshold: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if stage not in (2, 3):
             raise ValueError(f"stage must be 2 or 3, got {stage!r} (stage 1: use 2; no ZeRO: use ddp)")
+        if param_persistence_threshold is not None and (stage != 3 or param_persistence_threshold < 0):
+            raise ValueError(
+                f"param_persistence_threshold={param_persistence_threshold} needs stage 3 and a value >= 0"
+            )
         super().__init__(stage=stage, exclude_frozen_parameters=exclude_frozen_parameters, **kwargs)
+        zero = self.config.setdefault("zero_optimization", {})
+        if stage == 3:
+            # No prefetching: a rollout gathers the whole model at once (agon_lightning.strategies.gathered),
+            # and a parameter still in flight from a prefetch cannot be gathered or released by it.
+            zero.setdefault("stage3_prefetch_bucket_size", 0)
+        if param_persistence_threshold is not None:
+            zero["stage3_param_persistence_threshold"] = param_persistence_threshold
 
     def setup_environment(self) -> None:
         # DeepSpeedStrategy's own check refuses any accelerator but CUDA; DeepSpeed does not.
         DDPStrategy.setup_environment(self)
+
+    def setup_distributed(self) -> None:
+        if self.root_device.type != "cpu":
+            return super().setup_distributed()
+        # DeepSpeedStrategy's, less its check of CUDA device indices (a CPU device has none).
+        reset_seed()
+        self.set_world_ranks()
+        self._init_deepspeed_distributed()
+
+    def init_deepspeed(self) -> None:
+        if self.root_device.type != "cpu":
+            return super().init_deepspeed()
+        # deepspeed.initialize takes the process's device from root_device.index, which a CPU
+        # device lacks (None fails its check); cpu:LOCAL_RANK is the same CPU, with an index.
+        devices = self.parallel_devices
+        self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
+        try:
+            super().init_deepspeed()
+        finally:
+            self.parallel_devices = devices
 
     @contextlib.contextmanager
     def model_sharded_context(self) -> Iterator[None]:
