@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from agon_lightning.fast_lora import adapters_disabled, install
 from agon_lightning.grpo import LogitHead
 from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
+from agon_lightning.strategies.gather import fsdp2_modules
 
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
@@ -274,7 +275,9 @@ def completion_hidden_states(
     decoder = model.get_base_model().get_decoder()
     counts = prompt_groups(prompt_ids, prompt_mask) if groups is None else groups
     prefixes = None
-    if counts is not None and shares_prompts(decoder):
+    # Not under FSDP2: the prefix's keys and values reach the backward through the cache, a path
+    # its per-layer unshard-for-backward does not see (the layer's weights would be freed by then).
+    if counts is not None and shares_prompts(decoder) and not fsdp2_modules(decoder):
         prefixes = shared_prefixes(prompt_ids, prompt_mask, counts)
     if prefixes is not None:
         return prefix_hidden_states(

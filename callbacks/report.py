@@ -8,7 +8,7 @@ import lightning as L
 
 from agon_lightning.report import plot_history, start_end_table
 
-from .run_files import run_dir
+from .run_files import RunDir
 
 
 class ValidationReport(L.Callback):
@@ -22,12 +22,16 @@ class ValidationReport(L.Callback):
 
     def __init__(self, filename: str = "validation.png") -> None:
         self.filename = filename
+        self._run_dir = RunDir()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._run_dir.resolve(trainer)  # a collective: here, on every rank
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         history = getattr(getattr(pl_module, "evaluator", None), "history", [])
+        out = self._run_dir.resolve(trainer)
         if not trainer.is_global_zero or not history:
             return
-        out = run_dir(trainer)
         table = start_end_table(history)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(table + "\n")

@@ -18,10 +18,18 @@ from typing import Any
 from agon_lightning.errors import UsageError
 
 from .fsdp2 import FSDP2Strategy
-from .gather import full_tensors, gathered, local
+from .gather import full_tensors, gathered, local, whole_parameter
 from .zero import DeepSpeedZeroStrategy
 
-__all__ = ["DeepSpeedZeroStrategy", "FSDP2Strategy", "check_strategy", "full_tensors", "gathered", "local"]
+__all__ = [
+    "DeepSpeedZeroStrategy",
+    "FSDP2Strategy",
+    "check_strategy",
+    "full_tensors",
+    "gathered",
+    "local",
+    "whole_parameter",
+]
 
 FSDP1_REMOVED = (
     "under manual optimization Lightning's FSDP1 never runs torch's root post-backward clean-up, so "

@@ -23,13 +23,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 from torch import Tensor, nn
 
 # fully_shard's reshard_after_forward of each module sharded by agon_lightning.strategies.fsdp2,
 # put back when a gathered block ends.
 RESHARD_AFTER_FORWARD: WeakKeyDictionary[nn.Module, bool] = WeakKeyDictionary()
+_GATHERED: WeakSet[nn.Module] = WeakSet()  # models inside a gathered() block now
 
 
 def is_lora(name: str) -> bool:
@@ -61,8 +62,12 @@ def gathered(model: nn.Module) -> Iterator[None]:
     still free a layer after its forward, so code inside should read the weights directly
     (the decode loop does) rather than call the modules. Nothing happens for an unsharded model.
     """
+    if model in _GATHERED:  # inside another gathered block of the same model: whole already
+        yield
+        return
     modules = fsdp2_modules(model)
     if modules:
+        _GATHERED.add(model)
         for m in modules:
             m.set_reshard_after_forward(False, recurse=False)
         for m in modules:
@@ -70,6 +75,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
         try:
             yield
         finally:
+            _GATHERED.discard(model)
             for m in modules:
                 m.reshard()
                 m.set_reshard_after_forward(RESHARD_AFTER_FORWARD.get(m, True), recurse=False)
@@ -98,6 +104,14 @@ def full_tensors(model: nn.Module, keep: Callable[[str], bool] = is_lora) -> dic
 
             stack.enter_context(deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None))
         return {n: whole(p).detach().clone() for n, p in named}
+
+
+def whole_parameter(model: nn.Module, param: nn.Parameter) -> Tensor:
+    """A whole, detached copy of one parameter of ``model`` (a collective under FSDP2 and ZeRO-3)."""
+    name = next((n for n, p in model.named_parameters() if p is param), None)
+    if name is None:
+        raise ValueError(f"the parameter of shape {tuple(param.shape)} is not one of the model's")
+    return full_tensors(model, keep=lambda n: n == name)[name]
 
 
 def whole(t: Tensor) -> Tensor:
