@@ -25,11 +25,11 @@ class ValidationReport(L.Callback):
         self._run_dir = RunDir()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._run_dir.resolve(trainer)  # a collective: here, on every rank
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         history = getattr(getattr(pl_module, "evaluator", None), "history", [])
-        out = self._run_dir.resolve(trainer)
+        out = self._run_dir.locate(trainer)
         if not trainer.is_global_zero or not history:
             return
         table = start_end_table(history)

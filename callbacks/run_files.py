@@ -35,7 +35,7 @@ class RunDir:
     def __init__(self) -> None:
         self._path: Path | None = None
 
-    def resolve(self, trainer: L.Trainer) -> Path:
+    def locate(self, trainer: L.Trainer) -> Path:
         """The run directory; the first call is a collective, so make it on every rank (in ``setup``)."""
         if self._path is None:
             self._path = Path(trainer.log_dir or trainer.default_root_dir)

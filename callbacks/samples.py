@@ -100,7 +100,7 @@ class SampleTable(L.Callback):
         self._run_dir = RunDir()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._run_dir.resolve(trainer)  # a collective: here, on every rank
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -109,7 +109,7 @@ class SampleTable(L.Callback):
         if record is None or record.step % self.every_n_steps:
             return
         rows = sample_rows(record, self.num_rows, self.max_chars)
-        append_jsonl(trainer, self._run_dir.resolve(trainer), self.filename, rows)  # rank zero writes
+        append_jsonl(trainer, self._run_dir.locate(trainer), self.filename, rows)  # rank zero writes
         if not trainer.is_global_zero:
             return
         for logger in trainer.loggers:

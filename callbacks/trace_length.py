@@ -94,11 +94,11 @@ class TraceLengthMonitor(L.Callback):
         self._run_dir = RunDir()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._run_dir.resolve(trainer)  # a collective: here, on every rank
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def _write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
         if self.filename is not None:
-            append_jsonl(trainer, self._run_dir.resolve(trainer), self.filename, rows)
+            append_jsonl(trainer, self._run_dir.locate(trainer), self.filename, rows)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
