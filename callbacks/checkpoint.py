@@ -115,6 +115,9 @@ class AgonCheckpoint(ModelCheckpoint):
             cascade order that scored higher at the last validation (``alpha`` on a tie).
         save_on_interrupt: On SIGINT or SIGTERM during training, finish the step, write
             ``last`` and exit (status 128 + signal number) instead of dying mid-step.
+        stop_timeout_s: A process still running this long after such a signal (blocked in a
+            collective whose peer died, or a step longer than that) prints its stacks and exits
+            without saving; ``None``: wait for the step however long it takes.
         verbose: Log each save.
     """
 
@@ -130,12 +133,15 @@ class AgonCheckpoint(ModelCheckpoint):
         bundles: bool = True,
         drafter: Literal["auto", "alpha", "beta"] = "auto",
         save_on_interrupt: bool = True,
+        stop_timeout_s: float | None = 120.0,
         verbose: bool = False,
     ) -> None:
         if every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
         if drafter not in ("auto", "alpha", "beta"):
             raise ValueError(f"drafter must be 'auto', 'alpha' or 'beta', got {drafter!r}")
+        if stop_timeout_s is not None and stop_timeout_s <= 0:
+            raise ValueError(f"stop_timeout_s must be > 0 or null, got {stop_timeout_s}")
         super().__init__(
             dirpath=dirpath, filename=filename, monitor=monitor, mode=mode, save_top_k=save_top_k,
             save_last=save_last, every_n_train_steps=every_n_train_steps, verbose=verbose,
@@ -143,6 +149,7 @@ class AgonCheckpoint(ModelCheckpoint):
         self.bundles = bundles
         self.drafter = drafter
         self.save_on_interrupt = save_on_interrupt
+        self.stop_timeout_s = stop_timeout_s
         self._rng_to_restore: dict[str, Any] | None = None
         self._signals = StopSignals()
         self._stop_pending = False
@@ -216,7 +223,7 @@ class AgonCheckpoint(ModelCheckpoint):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.save_on_interrupt and self.save_last and not trainer.fast_dev_run:
             # Before a first step completes there is nothing to save: a signal stops at once.
-            self._signals = StopSignals(defer=lambda: trainer.global_step > 0)
+            self._signals = StopSignals(defer=lambda: trainer.global_step > 0, timeout_s=self.stop_timeout_s)
             self._signals.install()
         self._stop_pending = False
 
