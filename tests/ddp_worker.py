@@ -97,19 +97,24 @@ def main() -> None:
         verifier=ExactMatchVerifier(), optimizer=SGD.factory, max_grad_norm=MAX_GRAD_NORM,
         gradient_checkpointing=args.checkpointing, validate_at_start=True,
     )  # fmt: skip
-    # A gold answer of "0" for every problem: rewards then vary inside each group.
+    # One global batch per epoch, so every process count sees the same problems each step (samplers
+    # shuffle differently); a gold answer of "0" for every problem: rewards then vary inside each group.
     data = ReasoningGymDataModule(
-        train_size=GLOBAL_BATCH * STEPS, val_size=2, batch_size=GLOBAL_BATCH // args.devices, val_batch_size=1
+        train_size=GLOBAL_BATCH, val_size=2, batch_size=GLOBAL_BATCH // args.devices, val_batch_size=1
     )
     data.setup()
     for p in data.train_problems:
         p.answer = "0"
     recorder = Recorder()
+    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
+    # {step} in the name would read instead of the global step.
+    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
+    # {step} in the name would read instead of the global step.
     checkpoints = AgonCheckpoint(dirpath=str(args.out / "checkpoints"), every_n_train_steps=1, monitor=None,
-                                 save_top_k=-1, filename="step-{step}")  # fmt: skip
+                                 save_top_k=-1, filename="epoch-{epoch}")  # fmt: skip
     trainer = L.Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy(args.strategy, args.devices, args.format),
-        max_epochs=1, limit_val_batches=1, val_check_interval=1.0, logger=False, enable_progress_bar=False,
+        max_epochs=STEPS, limit_val_batches=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=str(args.out), callbacks=[recorder, checkpoints],
     )  # fmt: skip
     # The module's hyperparameters hold these dataclasses (built here, not by the CLI, which saves

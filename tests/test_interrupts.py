@@ -62,7 +62,9 @@ def test_a_signal_stops_every_rank_within_seconds_with_the_last_finished_step(ho
     # The installed command: Lightning starts rank one by re-running this process's command line.
     agon = str(Path(sys.executable).with_name("agon"))
     with (tmp_path / "log.txt").open("w") as log:
-        proc = subprocess.Popen([agon, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [agon, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 300
         while len(train_steps(root)) < STEPS_BEFORE_SIGNAL:
@@ -132,9 +134,15 @@ def test_a_process_blocked_in_a_collective_still_exits_soon_after_the_signal(tmp
     script.write_text(BLOCKED.format(interrupt=str(ROOT / "callbacks" / "interrupt.py")))
     port = str(free_port())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    other = subprocess.Popen([sys.executable, str(script), "1", port], env=env, stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        [sys.executable, str(script), "1", port], env=env, stdout=subprocess.PIPE, text=True
+    )
     blocked = subprocess.Popen(
-        [sys.executable, str(script), "0", port], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(script), "0", port],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert blocked.stdout.readline().strip() == "rank 0 blocked"

@@ -88,6 +88,24 @@ class DeepSpeedZeroStrategy(DeepSpeedStrategy):
         finally:
             self.parallel_devices = devices
 
+    def save_checkpoint(self, checkpoint: dict, filepath: Any, storage_options: Any | None = None) -> None:
+        if not self.exclude_frozen_parameters:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        # DeepSpeed leaves frozen parameters out by their first name only: a tied weight's second
+        # name (lm_head.weight, the embedding matrix) would still be in every checkpoint.
+        module = self.deepspeed_engine.module
+        frozen = {n for n, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+        def drop_frozen(mod: Any, state: dict, prefix: str, meta: Any) -> None:
+            for name in frozen:
+                state.pop(prefix + name, None)
+
+        handle = module.register_state_dict_post_hook(drop_frozen)
+        try:
+            super().save_checkpoint(checkpoint, filepath, storage_options)
+        finally:
+            handle.remove()
+
     @contextlib.contextmanager
     def model_sharded_context(self) -> Iterator[None]:
         """No ``zero.Init``: the model is built whole, so every init runs on whole tensors."""
