@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -23,9 +22,3 @@ def run_worker(strategy: str, devices: int, out: Path, model_dir: Path, *extra: 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-6000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(devices)]
-
-
-@pytest.fixture(scope="session")
-def ddp_run(tiny_model_dir, tmp_path_factory) -> list[dict]:
-    """The baseline: DDP over 2 processes, activation checkpointing on, a checkpoint after every step."""
-    return run_worker("ddp", 2, tmp_path_factory.mktemp("ddp") / "run", tiny_model_dir)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from ddp_worker import GRPO, LORA, MAX_GRAD_NORM, SGD
 from reference import reference_step
-from strategy_runs import ddp_run, run_worker  # noqa: F401  (ddp_run is a fixture)
+from strategy_runs import run_worker
 
 from agon_lightning.policy import attach_adapters, load_base
 

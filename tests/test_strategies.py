@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from strategy_runs import ddp_run, run_worker  # noqa: F401  (ddp_run is a fixture)
+from strategy_runs import run_worker
 
 # (worker strategy, extra worker arguments, checkpoint format)
 CASES = {
