@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning.pytorch.strategies import FSDPStrategy
+
 from agon_lightning.errors import UsageError
 
 from .fsdp2 import FSDP2Strategy
@@ -25,6 +27,7 @@ __all__ = [
     "DeepSpeedZeroStrategy",
     "FSDP2Strategy",
     "check_strategy",
+    "check_strategy_option",
     "full_tensors",
     "gathered",
     "local",
@@ -38,10 +41,10 @@ FSDP1_REMOVED = (
 )
 
 
-class DecoderLayerFSDPStrategy:
+class DecoderLayerFSDPStrategy(FSDPStrategy):
     """Removed (FSDP1 does not compute the right step here); the name stays to say so and point at FSDP2."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, layer_names: list[str] | None = None, **kwargs: Any) -> None:
         raise UsageError(
             f"agon_lightning.strategies.DecoderLayerFSDPStrategy (configs/strategy/fsdp.yaml) was removed: {FSDP1_REMOVED}"
         )
@@ -54,7 +57,7 @@ def check_strategy(strategy: Any) -> None:
         UsageError: Lightning's ``FSDPStrategy`` (FSDP1), or its ``DeepSpeedStrategy`` at stage 3
             (built inside ``zero.Init``, which loses the adapters' init).
     """
-    from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
+    from lightning.pytorch.strategies import DeepSpeedStrategy
 
     if isinstance(strategy, FSDPStrategy):
         raise UsageError(f"Lightning's FSDPStrategy (FSDP1) is not supported: {FSDP1_REMOVED}")
@@ -68,3 +71,27 @@ def check_strategy(strategy: Any) -> None:
             "adapters' init (alpha's zero lora_B, beta's seeded noise) writes into empty shards; use "
             "agon_lightning.strategies.DeepSpeedZeroStrategy (configs/strategy/deepspeed_zero3.yaml)"
         )
+
+
+def check_strategy_option(value: Any) -> None:
+    """Refuse a removed or wrong strategy as the command line or a config names it, before anything loads.
+
+    Raises:
+        UsageError: ``agon_lightning.strategies.DecoderLayerFSDPStrategy`` (removed), Lightning's
+            ``FSDPStrategy`` or ``"fsdp"`` (FSDP1).
+    """
+    name = value if isinstance(value, str) else getattr(value, "class_path", None)
+    if name is None and isinstance(value, dict):
+        name = value.get("class_path")
+    if not isinstance(name, str):
+        return
+    if name.endswith("DecoderLayerFSDPStrategy"):
+        raise UsageError(
+            f"--trainer.strategy={name} (configs/strategy/fsdp.yaml) was removed: {FSDP1_REMOVED}"
+        )
+    if name in (
+        "fsdp",
+        "lightning.pytorch.strategies.FSDPStrategy",
+        "lightning.pytorch.strategies.fsdp.FSDPStrategy",
+    ):
+        raise UsageError(f"--trainer.strategy={name} is FSDP1, not supported: {FSDP1_REMOVED}")
