@@ -59,7 +59,7 @@ from agon_lightning.rewards import CompetitiveReward, Reward
 from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
 from agon_lightning.schedule import SCHEDULES, adapters_for, roles_for_step
 from agon_lightning.shared_prompt import sample_groups
-from agon_lightning.strategies import check_strategy, gathered, local
+from agon_lightning.strategies import check_strategy, gathered, local_grads
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.types import Problem, Verdict
@@ -454,7 +454,7 @@ class AgonModule(L.LightningModule):
         bad = []
         for i, role in enumerate(roles):
             # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
-            grads = [local(p.grad) for p in self._adapter_params[role.adapter] if p.grad is not None]
+            grads = local_grads(self._adapter_params[role.adapter])
             # One device sync per adapter, not one per tensor.
             grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
             if not (finite_loss[i] and grads_ok):

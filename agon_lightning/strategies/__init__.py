@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from agon_lightning.errors import UsageError
 
 from .fsdp2 import FSDP2Strategy
-from .gather import full_tensors, gathered, local, whole_parameter
+from .gather import full_tensors, gathered, local, local_grads, whole_parameter
 from .zero import DeepSpeedZeroStrategy
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "full_tensors",
     "gathered",
     "local",
+    "local_grads",
     "whole_parameter",
 ]
 

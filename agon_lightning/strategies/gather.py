@@ -126,6 +126,26 @@ def local(t: Tensor) -> Tensor:
     return to_local() if callable(to_local) else t
 
 
+def local_grads(params: list[nn.Parameter]) -> list[Tensor]:
+    """The gradients of ``params`` as this process holds them: its shard under FSDP2 and ZeRO-3.
+
+    DeepSpeed keeps gradients off ``.grad`` (in its partitioned buffers); they are read through
+    its ``safe_get_*_grad`` (under ZeRO-1/2 the whole gradient: a collective, as every rank
+    reads the same parameters in the same order).
+    """
+    grads = []
+    for p in params:
+        if p.grad is not None:
+            grads.append(local(p.grad))
+        elif hasattr(p, "ds_id") or hasattr(p, "_hp_mapping"):
+            from deepspeed.utils import safe_get_full_grad, safe_get_local_grad
+
+            g = safe_get_local_grad(p) if hasattr(p, "ds_id") else safe_get_full_grad(p)
+            if g is not None:
+                grads.append(g)
+    return grads
+
+
 def _zero3_available(p: Any) -> bool:
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
