@@ -64,6 +64,20 @@ class DeepSpeedZeroStrategy(DeepSpeedStrategy):
         if param_persistence_threshold is not None:
             zero["stage3_param_persistence_threshold"] = param_persistence_threshold
 
+    def setup(self, trainer: Any) -> None:
+        if self.precision_plugin.precision != "32-true":
+            return super().setup(trainer)
+        # Lightning's DeepSpeed precision casts the whole module to float32 at "32-true", the
+        # default: a bfloat16 base (model.dtype) would double in size and train another policy
+        # than under DDP or FSDP2. The module keeps the dtypes it was built with (the adapters
+        # are float32 either way); "bf16-true" and the mixed precisions still convert as usual.
+        plugin = self.precision_plugin
+        plugin.convert_module = lambda module: module
+        try:
+            super().setup(trainer)
+        finally:
+            del plugin.convert_module
+
     def setup_environment(self) -> None:
         # DeepSpeedStrategy's own check refuses any accelerator but CUDA; DeepSpeed does not.
         DDPStrategy.setup_environment(self)
