@@ -90,10 +90,11 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--format", default="sharded", choices=["sharded", "file"])
     parser.add_argument("--no-checkpointing", dest="checkpointing", action="store_false")
+    parser.add_argument("--dtype", default="float32", help="the base's dtype (the adapters stay float32)")
     args = parser.parse_args()
     L.seed_everything(0)
     module = AgonModule(
-        model_name_or_path=args.model_dir, lora=LORA, grpo=GRPO, rollout=ScriptedRollout(max_new_tokens=16),
+        model_name_or_path=args.model_dir, dtype=args.dtype, lora=LORA, grpo=GRPO, rollout=ScriptedRollout(max_new_tokens=16),
         verifier=ExactMatchVerifier(), optimizer=SGD.factory, max_grad_norm=MAX_GRAD_NORM,
         gradient_checkpointing=args.checkpointing, validate_at_start=True,
     )  # fmt: skip
