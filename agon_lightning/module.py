@@ -271,7 +271,7 @@ class AgonModule(L.LightningModule):
         self._trainable = [p for name in self.adapter_names for p in self._adapter_params[name]]
 
     def setup(self, stage: str) -> None:
-        check_strategy(getattr(self._trainer, "strategy", None))
+        check_strategy(self.trainer.strategy)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
         if isinstance(config, dict) and self.max_grad_norm is not None:
