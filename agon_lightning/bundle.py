@@ -99,12 +99,20 @@ def atomic_directory(target: Path, write: Any) -> Path:
     return target
 
 
-def save_bundle(module: Any, path: str | Path, drafter: str = "alpha") -> Path:
-    """Write both adapters and ``agon.json`` to ``path`` atomically."""
+def save_bundle(
+    module: Any, path: str | Path, drafter: str = "alpha", state_dict: dict[str, Any] | None = None
+) -> Path:
+    """Write both adapters and ``agon.json`` to ``path`` atomically.
+
+    Args:
+        state_dict: The policy's adapter weights, whole (``None``: read from the policy). Under a
+            sharded strategy every rank gathers them first (:func:`agon_lightning.strategies.full_tensors`).
+    """
     meta = bundle_metadata(module, drafter)
+    extra = {} if state_dict is None else {"state_dict": state_dict}
 
     def write(tmp: Path) -> None:
-        module.policy.save_pretrained(str(tmp), selected_adapters=list(module.adapter_names))
+        module.policy.save_pretrained(str(tmp), selected_adapters=list(module.adapter_names), **extra)
         (tmp / BUNDLE_FILE).write_text(json.dumps(meta, indent=2))
 
     return atomic_directory(Path(path), write)

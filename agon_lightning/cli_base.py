@@ -35,6 +35,7 @@ from agon_lightning.registry import (
     load_plugins,
     resolve_component_names,
 )
+from agon_lightning.strategies import check_strategy_option
 
 PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$', re.DOTALL)
 IMPORT_PATH = re.compile(r"(?:dot import path string|class_path)[^:]*:\s*'?([\w.]+)")
@@ -179,6 +180,7 @@ class BaseCLI(LightningCLI):
         source = config.get(self.model_source_key)
         if isinstance(source, str):
             check_model_source(source, f"--{self.model_source_key}")
+        check_strategy_option(config.get("trainer.strategy"))
 
     def instantiate_classes(self) -> None:
         try:

@@ -17,6 +17,7 @@ One training step on P problems:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutc
 from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
 from agon_lightning.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
 from agon_lightning.shared_prompt import sample_groups
-from agon_lightning.strategies import full_parameters
+from agon_lightning.strategies import check_strategy, gathered, local_grads
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.types import Problem, Verdict
@@ -284,22 +285,31 @@ class AgonModule(L.LightningModule):
         self.policy = attach_adapters(base, self.adapter_names, self.lora)
         if self.gradient_checkpointing:
             enable_checkpointing(self.policy)
-        # What trains, is saved and is restored is decided here, once, by adapter name — never
-        # read back from requires_grad, which PEFT toggles whenever the active adapter changes.
-        self._adapter_params = {name: adapter_parameters(self.policy, name) for name in self.adapter_names}
-        self._trainable = [p for name in self.adapter_names for p in self._adapter_params[name]]
+        self._bind_adapters()
         for p in self._trainable:
             p.requires_grad_(True)
         self._logit_head = logit_head(self.policy)  # refuses a model whose logits it cannot reproduce
 
+    def _bind_adapters(self) -> None:
+        """What trains, is saved and is restored: each adapter's parameters, found by adapter name.
+
+        Decided by name — never read back from requires_grad, which PEFT toggles whenever the
+        active adapter changes — once the adapters are attached and again once a strategy has
+        sharded the model (FSDP2 puts new parameter objects in place).
+        """
+        self._adapter_params = {name: adapter_parameters(self.policy, name) for name in self.adapter_names}
+        self._trainable = [p for name in self.adapter_names for p in self._adapter_params[name]]
+
     def setup(self, stage: str) -> None:
+        check_strategy(self.trainer.strategy)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
         if isinstance(config, dict) and self.max_grad_norm is not None:
             config.setdefault("gradient_clipping", self.max_grad_norm)
 
     def configure_optimizers(self) -> Any:
-        groups = [{"params": adapter_parameters(self.policy, n), "name": n} for n in self.adapter_names]
+        self._bind_adapters()  # runs after the strategy has sharded the model
+        groups = [{"params": self._adapter_params[n], "name": n} for n in self.adapter_names]
         optimizer = self.optimizer_factory(groups)
         if self.scheduler_factory is None:
             return optimizer
@@ -311,16 +321,27 @@ class AgonModule(L.LightningModule):
     ) -> RolloutBatch:
         """Sample with ``adapter`` (``None`` = the base with adapters disabled)."""
         return sample_with(
-            self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy, self._trainable
-        )
+            self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy, self._trainable,
+            self._sampling_weights,
+        )  # fmt: skip
 
     def sample_mixed(
         self, adapters: list[str | None], prompts: list[str], greedy: bool = False
     ) -> RolloutBatch:
         """One sample per prompt, prompt ``i`` with ``adapters[i]`` (``None`` = the base), in one batch."""
         names = [BASE_ADAPTER if a is None else a for a in adapters]
-        with generating(self.policy):
+        with generating(self.policy), self._sampling_weights():
             return self.rollout.generate(self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=names)
+
+    def _sampling_weights(self) -> Any:
+        """Around one rollout: the whole model gathered once under sharding, unless the backend keeps its own.
+
+        A backend with its own copy of the base (vLLM) reads only the adapters, whole
+        (:func:`~agon_lightning.strategies.full_tensors`).
+        """
+        if getattr(self.rollout, "keeps_own_weights", False):
+            return contextlib.nullcontext()
+        return gathered(self.policy)
 
     def _play(self, problems: list[Problem]) -> StepRecord:
         """Generate, verify and reward both roles for one step (no gradients)."""
@@ -470,7 +491,8 @@ class AgonModule(L.LightningModule):
         """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
         bad = []
         for i, role in enumerate(roles):
-            grads = [p.grad for p in self._adapter_params[role.adapter] if p.grad is not None]
+            # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
+            grads = local_grads(self._adapter_params[role.adapter])
             # One device sync per adapter, not one per tensor.
             grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
             if not (finite_loss[i] and grads_ok):
@@ -529,8 +551,7 @@ class AgonModule(L.LightningModule):
         datamodule = self.trainer.datamodule
         if datamodule is None or self.trainer.limit_val_batches == 0:
             return
-        with full_parameters(self.trainer):
-            metrics = self.evaluator.run(self, datamodule.val_dataloader())
+        metrics = self.evaluator.run(self, datamodule.val_dataloader())
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.global_step)
         self.evaluator.history.append((self.global_step, metrics))
@@ -580,7 +601,8 @@ class AgonModule(L.LightningModule):
         state = checkpoint["state_dict"]
         by_adapter = self.adapter_state_keys(state)
         empty = [name for name, keys in by_adapter.items() if not keys]
-        if empty:
+        # Under a one-file format of a sharded strategy only rank 0 holds the tensors it writes.
+        if empty and (state or self.global_rank == 0):
             raise RuntimeError(f"refusing to write a checkpoint without adapter(s) {empty}: no tensors found")
         checkpoint["state_dict"] = {k: state[k] for keys in by_adapter.values() for k in keys}
         checkpoint["agon"] = {

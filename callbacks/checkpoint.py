@@ -46,6 +46,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from agon_lightning.bundle import atomic_directory, save_bundle
+from agon_lightning.strategies import full_tensors
 
 from .interrupt import Interrupted, StopSignals
 
@@ -116,6 +117,9 @@ class AgonCheckpoint(ModelCheckpoint):
             validation (``alpha`` on a tie), as the paper chose its direction.
         save_on_interrupt: On SIGINT or SIGTERM during training, finish the step, write
             ``last`` and exit (status 128 + signal number) instead of dying mid-step.
+        stop_timeout_s: A process still running this long after such a signal (blocked in a
+            collective whose peer died, or a step longer than that) prints its stacks and exits
+            without saving; ``None``: wait for the step however long it takes.
         verbose: Log each save.
     """
 
@@ -131,12 +135,15 @@ class AgonCheckpoint(ModelCheckpoint):
         bundles: bool = True,
         drafter: Literal["deployed", "auto", "alpha", "beta"] = "deployed",
         save_on_interrupt: bool = True,
+        stop_timeout_s: float | None = 120.0,
         verbose: bool = False,
     ) -> None:
         if every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
         if drafter not in ("deployed", "auto", "alpha", "beta"):
             raise ValueError(f"drafter must be 'deployed', 'auto', 'alpha' or 'beta', got {drafter!r}")
+        if stop_timeout_s is not None and stop_timeout_s <= 0:
+            raise ValueError(f"stop_timeout_s must be > 0 or null, got {stop_timeout_s}")
         super().__init__(
             dirpath=dirpath, filename=filename, monitor=monitor, mode=mode, save_top_k=save_top_k,
             save_last=save_last, every_n_train_steps=every_n_train_steps, verbose=verbose,
@@ -144,6 +151,7 @@ class AgonCheckpoint(ModelCheckpoint):
         self.bundles = bundles
         self.drafter = drafter
         self.save_on_interrupt = save_on_interrupt
+        self.stop_timeout_s = stop_timeout_s
         self._rng_to_restore: dict[str, Any] | None = None
         self._signals = StopSignals()
         self._stop_pending = False
@@ -217,7 +225,7 @@ class AgonCheckpoint(ModelCheckpoint):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.save_on_interrupt and self.save_last and not trainer.fast_dev_run:
             # Before a first step completes there is nothing to save: a signal stops at once.
-            self._signals = StopSignals(defer=lambda: trainer.global_step > 0)
+            self._signals = StopSignals(defer=lambda: trainer.global_step > 0, timeout_s=self.stop_timeout_s)
             self._signals.install()
         self._stop_pending = False
 
@@ -262,10 +270,13 @@ class AgonCheckpoint(ModelCheckpoint):
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         partial = os.path.join(os.path.dirname(filepath), f".{os.path.basename(filepath)}{PARTIAL_SUFFIX}")
         trainer.save_checkpoint(partial, self.save_weights_only)
+        module = trainer.lightning_module
+        # Whole adapters on every rank (a collective under sharding), written by rank zero alone.
+        adapters = full_tensors(module.policy) if self.bundles else None
         if trainer.is_global_zero:
             publish(partial, filepath)
-            if self.bundles:
-                save_bundle(trainer.lightning_module, bundle_dir(filepath), self._drafter_for_bundle(trainer))
+            if adapters is not None:
+                save_bundle(module, bundle_dir(filepath), self._drafter_for_bundle(trainer), adapters)
         trainer.strategy.barrier("AgonCheckpoint._save_checkpoint")
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath

@@ -41,6 +41,7 @@ from agon_lightning.policy import (
     output_weight,
 )
 from agon_lightning.rollout import RolloutBatch
+from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
 from agon_lightning.types import Verdict
 
@@ -52,15 +53,23 @@ LoraFactors = tuple[Tensor, Tensor, float]  # A [r, in], B [out, r], scale
 # ---------------------------------------------------------------------------------------------
 # Weights: the adapters' ΔW
 # ---------------------------------------------------------------------------------------------
-def lora_factors(model: nn.Module, adapter: str) -> dict[str, LoraFactors]:
-    """``{module name: (A, B, scale)}`` of every LoRA layer of ``adapter``."""
+def lora_factors(
+    model: nn.Module, adapter: str, weights: dict[str, Tensor] | None = None
+) -> dict[str, LoraFactors]:
+    """``{module name: (A, B, scale)}`` of every LoRA layer of ``adapter``.
+
+    Args:
+        weights: Whole copies of the LoRA weights by parameter name, to read instead of the
+            model's own (which are shards under FSDP2 and ZeRO-3).
+    """
+    weights = weights or {}
     factors = {}
     for name, module in model.named_modules():
         lora_a = getattr(module, "lora_A", None)
         if isinstance(lora_a, nn.ModuleDict) and adapter in lora_a:
             factors[name] = (
-                lora_a[adapter].weight,
-                module.lora_B[adapter].weight,
+                weights.get(f"{name}.lora_A.{adapter}.weight", lora_a[adapter].weight),
+                weights.get(f"{name}.lora_B.{adapter}.weight", module.lora_B[adapter].weight),
                 float(module.scaling[adapter]),
             )
     return factors
@@ -74,9 +83,14 @@ def delta_inner(x: LoraFactors, y: LoraFactors) -> float:
     return s1 * s2 * float((gram_b * gram_a).sum())
 
 
-def delta_stats(model: nn.Module, adapters: tuple[str, ...]) -> dict[str, float]:
-    """Each adapter's ‖ΔW‖ and, for two adapters, the distance and cosine between their ΔW."""
-    factors = {n: lora_factors(model, n) for n in adapters}
+def delta_stats(
+    model: nn.Module, adapters: tuple[str, ...], weights: dict[str, Tensor] | None = None
+) -> dict[str, float]:
+    """Each adapter's ‖ΔW‖ and, for two adapters, the distance and cosine between their ΔW.
+
+    ``weights``: whole LoRA weights by parameter name (see :func:`lora_factors`).
+    """
+    factors = {n: lora_factors(model, n, weights) for n in adapters}
     squared = {n: sum(delta_inner(f, f) for f in factors[n].values()) for n in adapters}
     out = {f"{n}_delta_norm": math.sqrt(squared[n]) for n in adapters}
     if len(adapters) == 2:
@@ -216,7 +230,8 @@ class DivergenceMonitor(L.Callback):
         pairs = [(f"kl_{n}_base", n, "base") for n in names]
         if len(names) == 2:
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]
-        out = mean_token_kls(hidden, output_weight(policy), rb.completion_mask, pairs, logit_head(policy))
+        head = whole_parameter(policy, output_weight(policy))  # a shard under ZeRO-3: every rank gathers
+        out = mean_token_kls(hidden, head, rb.completion_mask, pairs, logit_head(policy))
         if len(names) == 2:
             out["symmetric_kl"] = out.pop("kl_ab") + out.pop("kl_ba")
         return out
@@ -231,7 +246,11 @@ class DivergenceMonitor(L.Callback):
             self._counts = [c + n for c, n in zip(self._counts, answer_counts(record))]
         if record.step % self.every_n_steps:
             return
-        metrics = {**delta_stats(pl_module.policy, pl_module.adapter_names), **self.kls(trainer, pl_module)}
+        adapters = full_tensors(pl_module.policy)  # whole on every rank (a collective under sharding)
+        metrics = {
+            **delta_stats(pl_module.policy, pl_module.adapter_names, adapters),
+            **self.kls(trainer, pl_module),
+        }
         agree, copied, pairs = self._counts
         if pairs:
             metrics.update(answer_agreement=agree / pairs, copy_rate=copied / pairs)

@@ -10,7 +10,7 @@ import lightning as L
 from agon_lightning.plots import plot_validation
 from agon_lightning.report import start_end_table
 
-from .run_files import run_dir
+from .run_files import RunDir
 
 
 class ValidationReport(L.Callback):
@@ -26,12 +26,16 @@ class ValidationReport(L.Callback):
 
     def __init__(self, filename: str = "validation.png") -> None:
         self.filename = filename
+        self._run_dir = RunDir()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         history = getattr(getattr(pl_module, "evaluator", None), "history", [])
+        out = self._run_dir.locate(trainer)
         if not trainer.is_global_zero or not history:
             return
-        out = run_dir(trainer)
         table = start_end_table(history)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(table + "\n")
@@ -42,7 +46,7 @@ class ValidationReport(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn != "validate":
             return
-        out = run_dir(trainer)  # trainer.log_dir is a broadcast: every rank takes part
+        out = self._run_dir.locate(trainer)  # located in setup, on every rank
         outcomes = getattr(getattr(pl_module, "evaluator", None), "last_outcomes", [])
         if trainer.is_global_zero and outcomes:
             out.mkdir(parents=True, exist_ok=True)

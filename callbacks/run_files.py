@@ -5,9 +5,12 @@ Lightning repeats the last value of a step metric on every later step until it i
 again, which would put stale divergence numbers on steps where nothing was measured.
 
 The run directory is the first logger's versioned folder (the one holding ``metrics.csv``),
-else ``trainer.default_root_dir``. Only global rank zero writes. One JSON object per line is
-easy to append to from a run that may be killed, and one ``pandas.read_json(path,
-lines=True)`` away from a plot.
+else ``trainer.default_root_dir``. Finding it is a collective: ``trainer.log_dir`` broadcasts
+rank zero's answer, so read on rank zero alone it waits for the other ranks forever (they are
+elsewhere, in the next collective). :class:`RunDir` reads it once, on every rank, from a
+callback's ``setup`` hook (which every rank runs at the same point); only then does anything
+depend on the rank: global rank zero writes. One JSON object per line is easy to append to
+from a run that may be killed, and one ``pandas.read_json(path, lines=True)`` away from a plot.
 """
 
 from __future__ import annotations
@@ -26,16 +29,26 @@ def log_step_metrics(trainer: L.Trainer, metrics: dict[str, float], step: int) -
         logger.log_metrics(metrics, step=step)
 
 
-def run_dir(trainer: L.Trainer) -> Path:
-    """The directory of this run's logs."""
-    return Path(trainer.log_dir or trainer.default_root_dir)
+class RunDir:
+    """The directory of this run's logs, read once on every process and kept."""
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+
+    def locate(self, trainer: L.Trainer) -> Path:
+        """The run directory; the first call is a collective, so make it on every rank (in ``setup``)."""
+        if self._path is None:
+            self._path = Path(trainer.log_dir or trainer.default_root_dir)
+        return self._path
 
 
-def append_jsonl(trainer: L.Trainer, filename: str, rows: Iterable[dict[str, Any]]) -> Path | None:
-    """Append ``rows`` to ``<run dir>/<filename>`` on global rank zero; the path, else ``None``."""
+def append_jsonl(
+    trainer: L.Trainer, directory: Path, filename: str, rows: Iterable[dict[str, Any]]
+) -> Path | None:
+    """Append ``rows`` to ``directory/filename`` on global rank zero; the path, else ``None``."""
     if not trainer.is_global_zero:
         return None
-    path = run_dir(trainer) / filename
+    path = directory / filename
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         for row in rows:

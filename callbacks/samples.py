@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from .run_files import append_jsonl
+from .run_files import RunDir, append_jsonl
 
 FILENAME = "samples.jsonl"
 COLUMNS = ("step", "problem", "gold", "drafter", "draft", "draft_verdict", "draft_reward", "summary",
@@ -97,15 +97,21 @@ class SampleTable(L.Callback):
         self.num_rows = num_rows
         self.max_chars = max_chars
         self.filename = filename
+        self._run_dir = RunDir()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         record = pl_module.last_record
-        if record is None or record.step % self.every_n_steps or not trainer.is_global_zero:
+        if record is None or record.step % self.every_n_steps:
             return
         rows = sample_rows(record, self.num_rows, self.max_chars)
-        append_jsonl(trainer, self.filename, rows)
+        append_jsonl(trainer, self._run_dir.locate(trainer), self.filename, rows)  # rank zero writes
+        if not trainer.is_global_zero:
+            return
         for logger in trainer.loggers:
             if hasattr(logger, "log_table"):
                 logger.log_table(key="samples", columns=list(COLUMNS), data=[[r[c] for c in COLUMNS] for r in rows],

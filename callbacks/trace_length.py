@@ -32,7 +32,7 @@ from torch import Tensor
 
 from agon_lightning.text import after_thinking, remove_final_answer, thinking_part
 
-from .run_files import append_jsonl, log_step_metrics, read_jsonl
+from .run_files import RunDir, append_jsonl, log_step_metrics, read_jsonl
 
 FILENAME = "trace_lengths.jsonl"
 STATS = ("tokens_mean", "tokens_p50", "tokens_p90", "tokens_max", "truncation_rate",
@@ -91,10 +91,14 @@ class TraceLengthMonitor(L.Callback):
         self.validation = validation
         self.filename = filename
         self._val_texts: dict[str, list[str]] = defaultdict(list)
+        self._run_dir = RunDir()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def _write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
         if self.filename is not None:
-            append_jsonl(trainer, self.filename, rows)
+            append_jsonl(trainer, self._run_dir.locate(trainer), self.filename, rows)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int

@@ -1,24 +1,34 @@
-"""GPU smoke check: the Qwen3-0.6B architecture (random init, no download) under each strategy.
+"""GPU acceptance: the Qwen3-0.6B architecture (random weights, no download) under every strategy and rollout.
 
-    python scripts/gpu_smoke.py --steps 3 --out smoke.json [-- --model.gradient_checkpointing=true ...]
+    python scripts/gpu_smoke.py --out gpu_smoke.json [-- LightningCLI overrides ...]
+    python scripts/gpu_smoke.py --cpu-dry-run        # the same matrix on the tiny model, on CPU
 
-For each of single-device, DeepSpeed ZeRO-2 and FSDP it runs ``--steps`` Agon steps in a
-fresh process and prints step time, generation tokens/s, peak GPU memory and the adapters'
-memory against the base, the steps skipped as non-finite, and whether both adapters moved
-(each role must update its own adapter under every option). What follows ``--`` is passed to
-every run as LightningCLI overrides. The tokenizer is the project's character tokenizer (ids fit in
-Qwen3's 151,936-entry vocabulary), so nothing is fetched from a hub.
+For each strategy (one device, FSDP2, DeepSpeed ZeRO-2, ZeRO-3) and each rollout backend (our
+HF decode loop, vLLM), a fresh process runs ``--steps`` Agon steps of the default config
+(``configs/agon.yaml``, callbacks included) with the strategy's shipped overlay, bf16 base
+weights, and prints one table (step time, generation tokens/s, peak memory, adapters/base,
+steps skipped as non-finite, how far each adapter moved, the engine/trainer log-prob
+mismatch under vLLM) and writes it as JSON. Every cell must say ``ok``: a crash is a row
+with its error, and the exit status is 1. What follows ``--`` goes to every run.
+
+The tokenizer is the project's character tokenizer (its ids fit in Qwen3's 151,936-entry
+vocabulary), so nothing is fetched from a hub. Sized for one GPU in under ten minutes:
+P=4 problems, N=4 rollouts, 128 new tokens, eager vLLM (no CUDA graphs to capture).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from agon_lightning.types import Problem, Verdict
+from agon_lightning.verifiers.base import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_06B = dict(
@@ -28,132 +38,211 @@ QWEN3_06B = dict(
 )  # fmt: skip
 STRATEGIES = {
     "single": None,
+    "fsdp2": "configs/strategy/fsdp2.yaml",
     "deepspeed_zero2": "configs/strategy/deepspeed_zero2.yaml",
-    "fsdp": "configs/strategy/fsdp.yaml",
+    "deepspeed_zero3": "configs/strategy/deepspeed_zero3.yaml",
 }
+ROLLOUTS = ("hf", "vllm")
 
 
-def build_model(path: Path) -> None:
+def build_model(path: Path, cpu_dry_run: bool) -> None:
+    """Qwen3-0.6B's architecture with random weights in bf16 (the tiny Qwen3 for a CPU dry run)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from agon_lightning.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
-    config = Qwen3Config(
-        **QWEN3_06B, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
+    shape = dict(QWEN3_06B)
+    if cpu_dry_run:  # same family and vocabulary handling, a few MB
+        shape.update(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=32, vocab_size=len(tokenizer), max_position_embeddings=512)  # fmt: skip
+    config = Qwen3Config(**shape, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
     tokenizer.save_pretrained(path)
 
 
-def run_one(name: str, model_dir: str, steps: int, out: str, extra: list[str]) -> None:
-    """Runs inside a fresh process: one strategy, ``steps`` steps, stats to ``out``."""
+class EvenLength(Verifier):
+    """Correct when the completion has an even number of characters: rewards that vary on a random model."""
+
+    def verify(self, completion: str, problem: Problem) -> Verdict:
+        return Verdict(correct=len(completion) % 2 == 0)
+
+
+def cli_args(strategy: str, rollout: str, model_dir: str, steps: int, root: Path, cpu: bool) -> list[str]:
+    args = ["--config", str(ROOT / "configs/agon.yaml")]
+    if STRATEGIES[strategy]:
+        args += ["--config", str(ROOT / STRATEGIES[strategy])]
+    args += [
+        f"--model.model_name_or_path={model_dir}", "--model.dtype=bfloat16",
+        f"--trainer.accelerator={'cpu' if cpu else 'gpu'}", "--trainer.devices=1",
+        f"--trainer.limit_train_batches={steps}", "--trainer.max_epochs=1", "--trainer.limit_val_batches=0",
+        "--model.validate_at_start=false", "--model.grpo.num_generations=4", "--data.init_args.batch_size=4",
+        f"--trainer.default_root_dir={root}",
+    ]  # fmt: skip
+    if rollout == "vllm":
+        args += ["--model.rollout=vllm", "--model.rollout.init_args.enforce_eager=true"]
+        args += ["--model.rollout.init_args.kv_cache_memory_gib=0.25"] if cpu else [
+            "--model.rollout.init_args.gpu_memory_utilization=0.25"]  # fmt: skip
+    args += [f"--model.rollout.init_args.max_new_tokens={16 if cpu else 128}"]
+    return args
+
+
+def run_one(
+    strategy: str, rollout: str, model_dir: str, steps: int, out: Path, cpu: bool, extra: list[str]
+) -> None:
+    """Inside a fresh process: one cell of the matrix, its stats to ``out``."""
+    import resource
+
     import lightning as L
     import torch
 
     from agon_lightning.cli import AgonCLI
+    from agon_lightning.strategies import full_tensors
 
-    args = ["--config", str(ROOT / "configs/agon.yaml")]
-    if STRATEGIES[name]:
-        args += ["--config", str(ROOT / STRATEGIES[name])]
-    args += [
-        f"--model.model_name_or_path={model_dir}", "--model.dtype=bfloat16", "--trainer.accelerator=gpu",
-        "--trainer.devices=1", f"--trainer.limit_train_batches={steps}", "--trainer.max_epochs=1",
-        "--trainer.limit_val_batches=0", "--model.validate_at_start=false", "--model.grpo.num_generations=8",
-        "--model.rollout.init_args.max_new_tokens=256", "--data.init_args.batch_size=8",
-        f"--trainer.default_root_dir={Path(out).parent / name}", *extra,
-    ]  # fmt: skip
-    if name == "single":
-        args += ["--trainer.precision=bf16-true"]
-    stats: dict = {"strategy": name, "step_s": [], "gen_tokens_per_s": []}
+    cuda = torch.cuda.is_available() and not cpu
+    stats: dict = {
+        "strategy": strategy,
+        "rollout": rollout,
+        "step_s": [],
+        "gen_tokens_per_s": [],
+        "mismatch": [],
+    }
 
     class Stats(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             self.t0 = time.perf_counter()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             rec = pl_module.last_record
             tokens = int(rec.draft.rollouts.lengths.sum()) + int(rec.challenge.rollouts.lengths.sum())
-            gen_s = float(trainer.callback_metrics["time/generate_s"])
+            metrics = trainer.callback_metrics
             stats["step_s"].append(time.perf_counter() - self.t0)
-            stats["gen_tokens_per_s"].append(tokens / gen_s)
+            stats["gen_tokens_per_s"].append(tokens / float(metrics["time/generate_s"]))
+            if "train/logprob_mismatch" in metrics:
+                stats["mismatch"].append(float(metrics["train/logprob_mismatch"]))
 
-    torch.cuda.reset_peak_memory_stats()
+        def on_train_start(self, trainer, pl_module):
+            self.start = full_tensors(pl_module.policy)
+
+        def on_train_end(self, trainer, pl_module):
+            now = full_tensors(pl_module.policy)
+            stats["moved"] = {
+                a: max(
+                    float((now[n].float() - self.start[n].float()).abs().max()) for n in now if f".{a}." in n
+                )
+                for a in pl_module.adapter_names
+            }
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    args = cli_args(strategy, rollout, model_dir, steps, out.parent / f"{strategy}-{rollout}", cpu) + extra
     cli = AgonCLI(args=args, run=False)
-    cli.model.configure_model()
-    start = {n: p.detach().float().clone() for n, p in cli.model.policy.named_parameters() if "lora_" in n}
+    # Random weights answer nothing right: a verifier with a signal on any text, so both adapters must move.
+    cli.model.verifier = EvenLength()
     cli.trainer.callbacks.append(Stats())
-    cli.trainer.fit(cli.model, cli.datamodule)
+    cli.model.configure_model()  # counted whole, before a strategy shards it
     base = sum(p.numel() for n, p in cli.model.policy.named_parameters() if "lora_" not in n)
     adapters = sum(p.numel() for n, p in cli.model.policy.named_parameters() if "lora_" in n)
-    moved = {
-        a: max(float((p.detach().float() - start[n]).abs().max()) for n, p in cli.model.policy.named_parameters()
-               if n in start and f".{a}." in n)
-        for a in cli.model.adapter_names
-    }  # fmt: skip
-    stats.update(peak_gpu_gib=torch.cuda.max_memory_allocated() / 2**30, base_params=base, adapter_params=adapters,
-                 adapter_share=adapters / base, moved=moved, skipped_steps=cli.model.skipped_steps)  # fmt: skip
-    Path(out).write_text(json.dumps(stats))
+    cli.trainer.fit(cli.model, cli.datamodule)
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**30
+        if cuda
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    )
+    stats.update(peak_gib=peak, peak_kind="GPU allocated" if cuda else "host RSS", adapter_share=adapters / base,
+                 skipped_steps=cli.model.skipped_steps, base_params=base)  # fmt: skip
+    out.write_text(json.dumps(stats))
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| strategy | rollout | status | step s (median) | gen tok/s | peak GiB | adapters/base | skipped | moved (max abs) | logp mismatch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['strategy']} | {r['rollout']} | FAILED: {r['error'][:120]} | | | | | | | |")
+            continue
+        moved = " ".join(f"{a}={v:.1e}" for a, v in r["moved"].items())
+        mismatch = f"{max(r['mismatch']):.1e}" if r["mismatch"] else "-"
+        lines.append(
+            f"| {r['strategy']} | {r['rollout']} | ok | {statistics.median(r['step_s']):.2f} | "
+            f"{statistics.median(r['gen_tokens_per_s']):.0f} | {r['peak_gib']:.2f} | {r['adapter_share']:.2%} | "
+            f"{r['skipped_steps']} | {moved} | {mismatch} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
+    parser.add_argument("--rollouts", nargs="+", default=list(ROLLOUTS), choices=ROLLOUTS)
     parser.add_argument("--out", default="gpu_smoke.json")
-    parser.add_argument("--one", nargs=3, metavar=("NAME", "MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-dry-run", action="store_true", help="the same matrix on a tiny Qwen3, on CPU")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per cell")
+    parser.add_argument(
+        "--one", nargs=4, metavar=("STRATEGY", "ROLLOUT", "MODEL_DIR", "OUT"), help=argparse.SUPPRESS
+    )
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.one:
-        run_one(args.one[0], args.one[1], args.steps, args.one[2], extra)
+        strategy, rollout, model_dir, out = args.one
+        run_one(strategy, rollout, model_dir, args.steps, Path(out), args.cpu_dry_run, extra)
         return
     work = Path(tempfile.mkdtemp(prefix="agon-smoke-"))
-    build_model(work / "qwen3-0.6b-random")
+    model_dir = work / ("tiny-qwen3-random" if args.cpu_dry_run else "qwen3-0.6b-random")
+    build_model(model_dir, args.cpu_dry_run)
     rows = []
-    for name in args.strategies:
-        out = work / f"{name}.json"
-        cmd = [
-            sys.executable,
-            __file__,
-            "--steps",
-            str(args.steps),
-            "--one",
-            name,
-            str(work / "qwen3-0.6b-random"),
-            str(out),
-            "--",
-            *extra,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not out.exists():
-            rows.append(
-                {
-                    "strategy": name,
-                    "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed",
-                }
+    for strategy in args.strategies:
+        for rollout in args.rollouts:
+            out = work / f"{strategy}-{rollout}.json"
+            cmd = [
+                sys.executable,
+                __file__,
+                "--steps",
+                str(args.steps),
+                "--one",
+                strategy,
+                rollout,
+                str(model_dir),
+                str(out),
+            ]
+            cmd += ["--cpu-dry-run"] if args.cpu_dry_run else []
+            cmd += ["--", *extra] if extra else []
+            started = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
+                failed = proc.returncode != 0 or not out.exists()
+                error = (proc.stderr.strip().splitlines() or ["failed"])[-1] if failed else None
+                (work / f"{strategy}-{rollout}.log").write_text(proc.stdout + proc.stderr)
+            except subprocess.TimeoutExpired:
+                error = f"timed out after {args.timeout:g} s"
+            row = (
+                {"strategy": strategy, "rollout": rollout, "error": error}
+                if error
+                else json.loads(out.read_text())
             )
-            continue
-        rows.append(json.loads(out.read_text()))
-    print(f"{'strategy':<18}{'step s (median)':>16}{'gen tok/s':>12}{'peak GiB':>10}{'adapters/base':>15}"
-          f"{'skipped':>9}  moved (max |Δ|)")  # fmt: skip
-    for r in rows:
-        if "error" in r:
-            print(f"{r['strategy']:<18} FAILED: {r['error'][:100]}")
-            continue
-        step = sorted(r["step_s"])[len(r["step_s"]) // 2]
-        tps = sorted(r["gen_tokens_per_s"])[len(r["gen_tokens_per_s"]) // 2]
-        moved = " ".join(f"{a}={v:.1e}" for a, v in r["moved"].items())
-        print(
-            f"{r['strategy']:<18}{step:>16.2f}{tps:>12.0f}{r['peak_gpu_gib']:>10.2f}{r['adapter_share']:>14.2%}"
-            f"{r['skipped_steps']:>9}  {moved}"
-        )
-    Path(args.out).write_text(json.dumps(rows, indent=2))
+            row["wall_s"] = time.perf_counter() - started
+            rows.append(row)
+            print(
+                f"{strategy:>16} {rollout:>5}: {'FAILED ' + error if error else 'ok'} ({row['wall_s']:.0f} s)",
+                flush=True,
+            )
+    kind = (
+        "CPU dry run, tiny Qwen3" if args.cpu_dry_run else "one GPU, Qwen3-0.6B architecture (random weights)"
+    )
+    print(f"\n### GPU smoke: {kind}, {args.steps} steps per cell, logs in {work}\n\n{table(rows)}")
+    Path(args.out).write_text(json.dumps({"kind": kind, "steps": args.steps, "rows": rows}, indent=2))
     print(f"wrote {args.out}")
+    sys.exit(1 if any("error" in r for r in rows) else 0)
 
 
 if __name__ == "__main__":

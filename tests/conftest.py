@@ -60,3 +60,15 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     build_tiny_model(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def ddp_run(tiny_model_dir, tmp_path_factory) -> list[dict]:
+    """2-process DDP of tests/ddp_worker.py (checkpointing on, a checkpoint per step): each rank's record.
+
+    The baseline that the DDP test holds to one process and the reference, and every sharded
+    strategy to DDP.
+    """
+    from strategy_runs import run_worker
+
+    return run_worker("ddp", 2, tmp_path_factory.mktemp("ddp") / "run", tiny_model_dir)

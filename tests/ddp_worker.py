@@ -1,59 +1,140 @@
-"""Run 2 Agon steps with N CPU processes (DDP over gloo) and save each rank's adapters and games.
+"""Run 2 Agon steps with N CPU processes under a strategy and save each rank's adapters and games.
 
-Launched by tests/test_ddp.py as ``python tests/ddp_worker.py DEVICES OUT_DIR MODEL_DIR``;
-Lightning's DDP launcher re-runs this same command for the other ranks. Rollouts are
-scripted (deterministic text per prompt and sample) so a 1-process run over the same global
-batch sees the same completions and must reach the same weights. Activation checkpointing and
-the KL term are on: the options whose recomputation and adapter switching DDP must not disturb.
+Launched by tests/test_ddp.py and tests/test_strategies.py as::
+
+    python tests/ddp_worker.py STRATEGY DEVICES OUT_DIR MODEL_DIR [--resume CKPT] [--format sharded|file]
+
+Lightning's launcher re-runs this same command for the other ranks. ``STRATEGY`` is ``ddp``,
+``fsdp2``, ``zero2`` or ``zero3`` (``ddp`` with 1 device: one process). Rollouts are scripted
+(deterministic text per prompt and sample) so every strategy and process count sees the same
+completions and must reach the same weights. Activation checkpointing, the KL term and
+gradient clipping are on: the options whose recomputation, adapter switching and global norm
+a strategy must not disturb. A checkpoint is written after every step (``AgonCheckpoint``,
+bundles included); ``--resume`` continues from one in this fresh process and records the
+adapters and optimizer state it restored.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import lightning as L
 import torch
+from agon_lightning.callbacks import AgonCheckpoint
 from reference import SGDMomentum
 from scripted import ScriptedRollout
-from test_training_paths import Recorder
 
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.module import AgonModule, GRPOOptions
 from agon_lightning.policy import LoraOptions
+from agon_lightning.prompts import Prompts
+from agon_lightning.strategies import DeepSpeedZeroStrategy, FSDP2Strategy, full_tensors, local
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
 GLOBAL_BATCH = 4
+STEPS = 2
 LORA = LoraOptions(r=2, target_modules=["q_proj", "v_proj"])
 GRPO = GRPOOptions(num_generations=4, loss_aggregation="seq_mean", kl_beta=0.05)
 SGD = SGDMomentum(lr=0.5, momentum=0.5)
+# Small enough that the global norm is clipped at every step (the tiny model's is ~0.1-1).
+MAX_GRAD_NORM = 0.05
 
 
-def main(devices: int, out: Path, model_dir: str) -> None:
+def strategy(name: str, devices: int, file_format: str) -> object:
+    if name == "ddp":
+        return "ddp" if devices > 1 else "auto"
+    if name == "fsdp2":
+        return FSDP2Strategy(save_distributed_checkpoint=file_format == "sharded")
+    if name == "zero2":
+        return DeepSpeedZeroStrategy(stage=2)
+    if name == "zero3":  # every weight partitioned (DeepSpeed keeps all of this tiny model whole by default)
+        return DeepSpeedZeroStrategy(stage=3, param_persistence_threshold=0)
+    raise ValueError(f"unknown strategy {name!r}")
+
+
+class Recorder(L.Callback):
+    """Each step's adapters before and after (whole, on every rank), the step's games, the grad norm."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[dict, object, dict]] = []
+        self.optimizer: list[dict] = []  # after each step
+        self.restored: tuple[dict, dict] | None = None
+
+    def on_train_start(self, trainer, pl_module):
+        # After a resume: what the checkpoint held.
+        self.restored = (full_tensors(pl_module.policy), optimizer_state(trainer))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._before = full_tensors(pl_module.policy)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps.append((self._before, pl_module.last_record, full_tensors(pl_module.policy)))
+        self.optimizer.append(optimizer_state(trainer))
+
+
+def optimizer_state(trainer: L.Trainer) -> dict:
+    """The parameter groups' names and every state tensor (this rank's part under ZeRO and FSDP2)."""
+    opt = trainer.strategy.optimizers[0]
+    opt = getattr(opt, "optimizer", opt)  # a DeepSpeed ZeRO optimizer wraps the torch one
+    tensors = [local(v).clone() for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
+    return {"groups": [g.get("name") for g in opt.param_groups], "state": tensors}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("strategy")
+    parser.add_argument("devices", type=int)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("model_dir")
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--format", default="sharded", choices=["sharded", "file"])
+    parser.add_argument("--no-checkpointing", dest="checkpointing", action="store_false")
+    parser.add_argument("--dtype", default="float32", help="the base's dtype (the adapters stay float32)")
+    args = parser.parse_args()
     L.seed_everything(0)
     module = AgonModule(
-        model_name_or_path=model_dir, lora=LORA, grpo=GRPO, rollout=ScriptedRollout(max_new_tokens=16),
-        verifier=ExactMatchVerifier(), optimizer=SGD.factory, max_grad_norm=None, gradient_checkpointing=True,
-        validate_at_start=False,
+        model_name_or_path=args.model_dir, dtype=args.dtype, lora=LORA, grpo=GRPO, rollout=ScriptedRollout(max_new_tokens=16),
+        verifier=ExactMatchVerifier(), optimizer=SGD.factory, max_grad_norm=MAX_GRAD_NORM,
+        gradient_checkpointing=args.checkpointing, validate_at_start=True,
     )  # fmt: skip
-    # A gold answer of "0" for every problem: rewards then vary inside each group.
-    data = ReasoningGymDataModule(train_size=GLOBAL_BATCH, val_size=1, batch_size=GLOBAL_BATCH // devices)
+    # One global batch per epoch, so every process count sees the same problems each step (samplers
+    # shuffle differently); a gold answer of "0" for every problem: rewards then vary inside each group.
+    data = ReasoningGymDataModule(
+        train_size=GLOBAL_BATCH, val_size=2, batch_size=GLOBAL_BATCH // args.devices, val_batch_size=1
+    )
     data.setup()
     for p in data.train_problems:
         p.answer = "0"
     recorder = Recorder()
+    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
+    # {step} in the name would read instead of the global step.
+    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
+    # {step} in the name would read instead of the global step.
+    checkpoints = AgonCheckpoint(dirpath=str(args.out / "checkpoints"), every_n_train_steps=1, monitor=None,
+                                 save_top_k=-1, filename="epoch-{epoch}")  # fmt: skip
     trainer = L.Trainer(
-        accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", max_epochs=2,
-        limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(out), callbacks=[recorder],
+        accelerator="cpu", devices=args.devices, strategy=strategy(args.strategy, args.devices, args.format),
+        max_epochs=STEPS, limit_val_batches=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(args.out), callbacks=[recorder, checkpoints],
     )  # fmt: skip
-    trainer.fit(module, data)
-    weights = {n: p.detach().clone() for n, p in module.policy.named_parameters() if "lora_" in n}
+    # The module's hyperparameters hold these dataclasses (built here, not by the CLI, which saves
+    # dicts); Lightning drops weights_only for strategies that restore after setup (FSDP2, DeepSpeed).
+    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
+        trainer.fit(module, data, ckpt_path=args.resume)
     torch.save(
-        {"weights": weights, "steps": module.agon_step, "recorded": recorder.steps},
-        out / f"rank{trainer.global_rank}.pt",
+        {
+            "weights": full_tensors(module.policy),
+            "steps": module.agon_step,
+            "recorded": recorder.steps,
+            "restored": recorder.restored,
+            "optimizer": recorder.optimizer,
+            "history": module.evaluator.history,
+            "checkpoints": sorted(p.name for p in (args.out / "checkpoints").iterdir()),
+        },
+        args.out / f"rank{trainer.global_rank}.pt",
     )
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+    main()

@@ -76,10 +76,13 @@ def reference_step(
     adapters: tuple[str, ...],
     sgd: SGDMomentum,
     buffers: dict[str, Tensor],
+    max_grad_norm: float | None = None,
 ) -> dict[str, Tensor]:
     """Apply one game step of ``shards`` (``StepRecord``s, one per rank) to ``policy``'s adapters.
 
     Returns the adapters' weights afterwards; ``buffers`` (momentum) is updated in place.
+    ``max_grad_norm`` clips the global norm of both adapters' gradients together, as
+    ``torch.nn.utils.clip_grad_norm_`` does (``g · min(1, max / (‖g‖ + 1e-6))``).
     """
     fast_lora.uninstall(policy)  # PEFT's own LoRA layers
     policy.train()
@@ -119,6 +122,12 @@ def reference_step(
                 for n, g in zip(names, got):
                     if g is not None:
                         grads[n] += g / len(shards)
+        if max_grad_norm is not None:
+            total = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])
+            )
+            scale = torch.clamp(max_grad_norm / (total + 1e-6), max=1.0)
+            grads = {n: g * scale for n, g in grads.items()}
         params = dict(policy.named_parameters())
         with torch.no_grad():
             for n, g in grads.items():
