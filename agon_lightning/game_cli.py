@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -80,5 +81,19 @@ class AgonCLI(BaseCLI):
 
 
 def lightning_main(argv: list[str]) -> None:
-    """``agon fit|validate|test|predict ARGS``: LightningCLI over the game."""
+    """``agon fit|validate|test|predict ARGS``: LightningCLI over the game.
+
+    After a run that returned normally, every rank destroys its process group: Lightning leaves
+    it alive for a later ``fit``/``validate`` in the same process, and a gloo group still alive at
+    interpreter exit can abort the process ("terminate called without an active exception", exit
+    134) after all the work is done. Not on an exception: the other ranks may still be inside a
+    collective, and destroying the group there can hang (the interrupt watchdog exits instead).
+    """
     AgonCLI(args=argv)
+    release_process_group()
+
+
+def release_process_group() -> None:
+    """Destroy the default process group if one is up (every rank calls it, once, at the end)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -583,12 +583,15 @@ class AgonModule(L.LightningModule):
 
     # ------------------------------------------------------------------ prediction
     def predict_step(self, batch: list[Problem], batch_idx: int) -> list[dict[str, Any]]:
-        """The greedy cascade on each problem (the first adapter drafts), as JSON-ready records.
+        """The greedy deployed cascade on each problem, as JSON-ready records.
+
+        The deployed policy is the one fixed before training (``deployed``; by default alpha drafts and
+        beta answers); a single deployed adapter drafts and the other one answers, as in its bundle.
 
         The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.pipeline.solve_batch`),
         which also offers the other drafter and k samples with a majority vote.
         """
-        drafter, answerer = self.adapter_names[0], self.adapter_names[-1]
+        drafter, answerer = self.evaluator.deployed_drafter, self.evaluator.deployed_answerer
         return [r.to_dict() for r in solve_batch(self, batch, drafter, answerer)]
 
     # ------------------------------------------------------------------ checkpoints

@@ -75,6 +75,7 @@ class RunResult:
     beta_wrong_given_alpha_wrong_start: float = math.nan
     beta_wrong_given_alpha_wrong_end: float = math.nan
     curve: list[tuple[int, float, float]] = field(default_factory=list)
+    policy: str = ""  # the evaluator key of the deployed policy (``cascade_ab``, ``alpha``, ``base``…)
     # split → question → (correct, tokens) of the deployed policy at the last evaluation
     outcomes: dict[str, dict[str, tuple[bool, int]]] = field(default_factory=dict)
 
@@ -117,7 +118,25 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
         **{name: _optional(last, metric.format(key=key)) for name, metric in FINAL_METRICS.items()},
         **{name: _optional(first, metric) for name, metric in FIRST_METRICS.items()},
         curve=[(step, *curve[step]) for step in sorted(curve)], outcomes=read_outcomes(logs[-1].parent, key),
+        policy=resolve_key(logs[-1].parent, key),
     )  # fmt: skip
+
+
+def outcome_rows(run_dir: Path) -> list[dict]:
+    """The rows of a run's ``outcomes.jsonl`` (``[]`` when it has none)."""
+    path = run_dir / "outcomes.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def resolve_key(run_dir: Path, key: str, rows: list[dict] | None = None) -> str:
+    """``deployed`` → the evaluator key the run deployed (as its ``outcomes.jsonl`` names it; older
+    files: the first trained cascade present, else the single adapter); any other key as is."""
+    rows = outcome_rows(run_dir) if rows is None else rows
+    if key != "deployed" or not rows:
+        return key
+    return rows[0].get("deployed") or next(k for k in ("cascade_ab", "cascade_aa", "alpha") if k in rows[0])
 
 
 def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, int]]]:
@@ -126,16 +145,10 @@ def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, in
     ``deployed`` resolves to the key each row names as deployed (older files without it: the
     first trained cascade present, else the single adapter); a run without the file gets ``{}``.
     """
-    path = run_dir / "outcomes.jsonl"
-    if not path.is_file():
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = outcome_rows(run_dir)
     if not rows:
         return {}
-    if key == "deployed":
-        key = rows[0].get("deployed") or next(
-            k for k in ("cascade_ab", "cascade_aa", "alpha") if k in rows[0]
-        )
+    key = resolve_key(run_dir, key, rows)
     out: dict[str, dict[str, tuple[bool, int]]] = {}
     for r in rows:
         out.setdefault(r["split"], {})[r["question"]] = (bool(r[key]), int(r[f"{key}/length"]))
@@ -231,10 +244,9 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
     (± std over seeds). One colour per variant in both panels and files, dashed where the
     variant deploys a cascade, ``agon`` thick; evaluation-only variants are horizontal lines.
     """
-    from agon_lightning.plots import Panel, Series, colours, draw
+    from agon_lightning.plots import Panel, Series, colours, draw, is_cascade
 
     palette = colours(list(by_variant))
-    single = {"grpo", "grpo_n"}  # the variants that train one adapter (game: grpo) and deploy it alone
     for index, name, stat, label in [
         (1, "pass_at_1.png", "hard_pass_at_1", "pass@1 (greedy)"),
         (2, "length.png", "hard_length", "completion tokens"),
@@ -247,7 +259,9 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
                     by_step.setdefault(point[0], []).append(point[index])
             steps = sorted(by_step)
             stats = [mean_std(by_step[s]) for s in steps]
-            style = dict(colour=palette[variant], dashed=variant not in single, emphasised=variant == "agon")
+            # Dashed where the run deployed a cascade (as its own outcomes name it), solid for one policy.
+            dashed = any(is_cascade(r.policy) for r in rs)
+            style = dict(colour=palette[variant], dashed=dashed, emphasised=variant == "agon")
             main.series.append(
                 Series(
                     variant,
@@ -261,8 +275,14 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
             mean, std = mean_std([getattr(r, stat) for r in rs])
             if not math.isnan(mean) and steps:
                 hard.series.append(
-                    Series(variant, [steps[-1]], [mean], std=[0.0 if math.isnan(std) else std],
-                           level=variant in EVAL_ONLY, **style)  # fmt: skip
+                    Series(
+                        variant,
+                        [steps[-1]],
+                        [mean],
+                        std=[0.0 if math.isnan(std) else std],
+                        level=variant in EVAL_ONLY,
+                        **style,
+                    )  # fmt: skip
                 )
         panels = [main, hard] if hard.series else [main]
         draw(panels, len(panels), out / name, f"deployed policy of each variant: {label}")

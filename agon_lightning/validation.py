@@ -151,6 +151,14 @@ class CascadeEvaluator(nn.Module):
         """The adapter that drafts in the deployed policy (the adapter itself for a single policy)."""
         return next((d for key, d, _ in self.cascades if key == self.deployed_key), self.deployed_key)
 
+    @property
+    def deployed_answerer(self) -> str:
+        """The adapter that answers in the deployed policy: the cascade's second stage, or for a single
+        policy the other adapter (itself when the run has one), as a bundle's cascade pairs them."""
+        cascade = next((a for key, _, a in self.cascades if key == self.deployed_key), None)
+        drafter = self.deployed_drafter
+        return cascade or next((a for a in self.adapters if a != drafter), drafter)
+
     def _metric(self, split: str, key: str, stat: str) -> MeanMetric:
         """The metric of ``key``'s ``stat`` on ``split``, created on first use for a named split."""
         name = f"{split}__{key}__{stat}" if split else f"{key}__{stat}"

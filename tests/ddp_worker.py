@@ -26,6 +26,7 @@ from reference import SGDMomentum
 from scripted import ScriptedRollout
 
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+from agon_lightning.game_cli import release_process_group
 from agon_lightning.module import AgonModule, GRPOOptions
 from agon_lightning.policy import LoraOptions
 from agon_lightning.prompts import Prompts
@@ -134,6 +135,7 @@ def main() -> None:
         },
         args.out / f"rank{trainer.global_rank}.pt",
     )
+    release_process_group()  # as `agon fit` does: no gloo group left alive at interpreter exit
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import yaml
 
 from agon_lightning.cli import AgonCLI
 from agon_lightning.sweep import DEFAULT_VARIANTS, MARKER, plan, report, sweep, sweep_main
-from agon_lightning.sweep_report import compare, read_run
+from agon_lightning.sweep_report import compare, plot_curves, read_run
 from agon_lightning.validation import CascadeEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,3 +289,32 @@ def test_agon_sweep_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     assert [json.loads(line)["deployed"] for line in outcomes.read_text().splitlines()] == ["alpha"] * 6
     assert "moa/converted" in json.loads(outcomes.read_text().splitlines()[0])
     assert "| agon | 1 |" in (out / "results.md").read_text()
+
+
+def test_each_run_names_the_policy_it_deployed_and_the_plots_dash_cascades(tmp_path, monkeypatch):
+    for name, deployed in (("a", "cascade_ab"), ("g", "alpha"), ("s", "cascade_aa")):
+        write_run(tmp_path / name, [(0, 0.25, 30.0), (2, 0.5, 20.0)], steps=2)
+        log = tmp_path / name / "lightning_logs" / "version_0"
+        rows = [
+            {"question": "q0", "split": "", "deployed": deployed, deployed: True, f"{deployed}/length": 9}
+        ]
+        (log / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = {
+        v: read_run(tmp_path / d, v, 0, "deployed", 1.0)
+        for v, d in (("agon", "a"), ("grpo", "g"), ("self_refine", "s"))
+    }
+    assert {v: r.policy for v, r in runs.items()} == {
+        "agon": "cascade_ab",
+        "grpo": "alpha",
+        "self_refine": "cascade_aa",
+    }
+    write_run(tmp_path / "m", [(0, 0.3, 20.0)], steps=0, key="moa")
+    assert read_run(tmp_path / "m", "moa_untrained", 0, "moa", 1.0).policy == "moa"  # an explicit key as is
+
+    import agon_lightning.plots as plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "draw", lambda panels, *a, **k: drawn.append(panels))
+    plot_curves({v: [r] for v, r in runs.items()}, tmp_path)
+    dashed = {s.label: s.dashed for s in drawn[0][0].series}
+    assert dashed == {"agon": True, "grpo": False, "self_refine": True}

@@ -102,6 +102,22 @@ def test_evaluator_keys_and_the_deployed_key(adapters, game, kwargs, keys, deplo
     assert evaluator.deployed_key == deployed
 
 
+@pytest.mark.parametrize(
+    "adapters, game, kwargs, pair",
+    [
+        (("alpha", "beta"), "agon", {}, ("alpha", "beta")),
+        (("alpha", "beta"), "agon", {"deployed": "cascade_ba"}, ("beta", "alpha")),
+        (("alpha", "beta"), "agon", {"deployed": "beta"}, ("beta", "alpha")),
+        (("alpha",), "grpo", {}, ("alpha", "alpha")),
+        (("alpha",), "grpo", {"self_cascade": True, "deployed": "cascade_aa"}, ("alpha", "alpha")),
+    ],
+)
+def test_the_deployed_policy_names_who_drafts_and_who_answers(adapters, game, kwargs, pair):
+    # What `agon predict` through Lightning (AgonModule.predict_step) runs: the deployed cascade.
+    evaluator = CascadeEvaluator(adapters, game, **kwargs)
+    assert (evaluator.deployed_drafter, evaluator.deployed_answerer) == pair
+
+
 def test_a_deployed_key_the_run_cannot_deploy_is_named():
     with pytest.raises(
         ValueError, match=r"deployed='cascade_ba' .* expected one of \['alpha', 'cascade_aa'\]"
