@@ -32,6 +32,7 @@ from torch import Tensor
 
 from agon_lightning.grpo import (
     AGGREGATIONS,
+    STD_KINDS,
     LossNormalizer,
     clipped_policy_loss,
     group_advantages,
@@ -78,6 +79,10 @@ class GRPOOptions:
     Attributes:
         num_generations: N, rollouts per problem (the group size).
         scale_std: Divide advantages by the group std (``False`` = Dr. GRPO centring only).
+        std: Which group std: ``population`` (÷N, the default) or ``unbiased`` (÷(N−1), TRL's).
+            Unbiased makes advantages √((N−1)/N) as large (0.935× at N = 8; TRL's are 1.069×
+            ours). ``population`` is the default so every result recorded with this project
+            stays reproducible; the choice only rescales advantages, like a learning-rate change.
         epsilon_low: Lower clip range of the importance ratio.
         epsilon_high: Upper clip range (``> epsilon_low`` is DAPO's clip-higher).
         num_iterations: μ, optimizer steps on the same rollouts.
@@ -94,6 +99,7 @@ class GRPOOptions:
 
     num_generations: int = 8
     scale_std: bool = True
+    std: str = "population"
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     num_iterations: int = 1
@@ -117,6 +123,8 @@ class GRPOOptions:
             )
         if self.kl_beta < 0:
             raise ValueError(f"grpo.kl_beta must be >= 0, got {self.kl_beta}")
+        if self.std not in STD_KINDS:
+            raise ValueError(f"grpo.std must be one of {STD_KINDS}, got {self.std!r}")
         if self.loss_aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"grpo.loss_aggregation must be one of {AGGREGATIONS}, got {self.loss_aggregation!r}"
@@ -525,7 +533,7 @@ class AgonModule(L.LightningModule):
         roles = [record.draft] + ([record.challenge] if record.challenge is not None else [])
         zero_std = []
         for role in roles:
-            role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std)
+            role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std, std=self.grpo.std)
             zero_std.append(zs.float())
         stats = self._update(roles)
         t2 = time.perf_counter()
