@@ -111,9 +111,11 @@ def test_an_fsdp2_dtensor_weight_counts_as_sharded(tmp_path):
 
     from agon_lightning.sampling import is_sharded
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    own_group = not dist.is_initialized()  # another test of the session may have started one
+    if own_group:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
-        mesh = init_device_mesh("cpu", (1,))
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
         module, _ = trained("float32", tmp_path)
         layer = module.policy.get_base_model().model.layers[0].mlp.down_proj
         whole = layer.get_base_layer().weight
@@ -124,4 +126,5 @@ def test_an_fsdp2_dtensor_weight_counts_as_sharded(tmp_path):
         assert decode.unsupported(module.policy, {}) == "merged or sharded adapter layers"
         assert fast_lora._sharded(layer)
     finally:
-        dist.destroy_process_group()
+        if own_group:
+            dist.destroy_process_group()
