@@ -161,7 +161,9 @@ def test_group_std_population_and_unbiased_against_a_hand_computation():
     unbiased = (0.75 / 3) ** 0.5  # over N − 1
     pop, _ = group_advantages(rewards, 4, eps=0.0)
     unb, _ = group_advantages(rewards, 4, eps=0.0, std="unbiased")
-    assert pop[0].item() == pytest.approx(0.75 / population) and unb[0].item() == pytest.approx(0.75 / unbiased)
+    assert pop[0].item() == pytest.approx(0.75 / population) and unb[0].item() == pytest.approx(
+        0.75 / unbiased
+    )
     assert (pop / unb)[0].item() == pytest.approx((4 / 3) ** 0.5)
 
 

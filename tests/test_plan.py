@@ -9,8 +9,16 @@ from agon_lightning.cli import main
 from agon_lightning.plan import GIB, Run, Shape, parts, peak_bytes
 
 SHAPE = Shape.of(
-    Qwen3Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)  # fmt: skip
+    Qwen3Config(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )  # fmt: skip
 )
 
 
@@ -39,7 +47,9 @@ def test_the_peak_grows_with_p_n_and_t(field):
 
 
 def test_checkpointing_keeps_fewer_activations():
-    on, off = (Run(prompts=2, generations=4, prompt_tokens=16, new_tokens=32, checkpointing=c) for c in (True, False))
+    on, off = (
+        Run(prompts=2, generations=4, prompt_tokens=16, new_tokens=32, checkpointing=c) for c in (True, False)
+    )
     assert parts(SHAPE, on, "single", 1)["activations"] < parts(SHAPE, off, "single", 1)["activations"]
 
 
@@ -50,7 +60,9 @@ def test_each_strategy_divides_what_it_shards():
         assert zero2[key] == zero3[key] == fsdp2[key] == pytest.approx(ddp[key] / 4)
     assert zero2["base"] == ddp["base"] and zero3["base"] == fsdp2["base"] == pytest.approx(ddp["base"] / 4)
     assert zero2["adapters"] == ddp["adapters"] and zero3["adapters"] == pytest.approx(ddp["adapters"] / 4)
-    assert ddp["gathered_for_sampling"] == 0 and zero3["gathered_for_sampling"] == pytest.approx(ddp["base"] * 3 / 4)
+    assert ddp["gathered_for_sampling"] == 0 and zero3["gathered_for_sampling"] == pytest.approx(
+        ddp["base"] * 3 / 4
+    )
     assert ddp["activations"] == zero3["activations"]  # activations are per device in every strategy
 
 
