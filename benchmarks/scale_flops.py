@@ -44,14 +44,23 @@ def update_flops(config: Any, rollout_tokens: float, prompt_tokens: float) -> fl
 
 
 def matmul_flops_per_s(rows: int, inner: int, outer: int, dtype: torch.dtype = torch.float32) -> float:
-    """FLOP/s of ``[rows, inner] @ [inner, outer]`` on this thread (best of a few repeats)."""
-    a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
-    torch.matmul(a, b)
-    best = float("inf")
-    repeats = max(3, int(2e9 / (2 * rows * inner * outer)))
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            torch.matmul(a, b)
-        best = min(best, (time.perf_counter() - start) / repeats)
+    """FLOP/s of ``[rows, inner] @ [inner, outer]`` on one thread, per CPU second (best of a few repeats).
+
+    CPU time, like the phases it is compared with (the workers' ``time.process_time``), so a
+    busy machine slows neither side of the ratio.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
+        torch.matmul(a, b)
+        best = float("inf")
+        repeats = max(3, int(2e9 / (2 * rows * inner * outer)))
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(repeats):
+                torch.matmul(a, b)
+            best = min(best, (time.process_time() - start) / repeats)
+    finally:
+        torch.set_num_threads(threads)
     return 2.0 * rows * inner * outer / best
