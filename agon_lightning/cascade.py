@@ -144,7 +144,7 @@ class Cascade:
         meta = read_bundle(path)
         rollout = rollout_for_backend(meta["rollout"], backend)
         policy, tokenizer = load_adapters(path, meta, meta["adapters"], base_model, dtype)
-        if not rollout.reports_logprobs:  # an engine samples on its own device; the PeftModel only feeds it
+        if not rollout.keeps_own_weights:  # an engine samples on its own device; the PeftModel only feeds it
             policy.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
         return cls(
             policy,

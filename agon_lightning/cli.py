@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("agon_lightning.serve:serve_main", "serve a bundle's cascade behind an OpenAI-compatible HTTP endpoint"),
     "export": ("agon_lightning.export:export_main", "merge an adapter into its base, or lay out both for a multi-LoRA server"),
     "config": ("agon_lightning.config_files:config_main", "list the configs shipped with the package, or print one"),
+    "plan": ("agon_lightning.plan:plan_main", "will it fit? predicted memory per device for every strategy"),
 }  # fmt: skip
 
 

@@ -7,7 +7,10 @@ builders and the logits processors around them. The arithmetic of one decode ste
 same few matrix products whoever calls them, so here it is called directly: each layer's
 ``q, k, v`` projections are one matrix product over their concatenated weights and
 ``gate, up`` another, with the active LoRA adapter merged in (``W + s · B A``, computed into
-new tensors once per call: nothing is written to the model); RMSNorm is one fused op in
+new tensors once per call: nothing is written to the model) — in float32; in a lower
+precision the base stays as it is and the low-rank term ``s · (x Aᵀ) Bᵀ`` is added in float32,
+as PEFT's own forward adds it (a merged ``W + s · B A`` rounded to bf16 loses much of a small
+update, and then samples a policy the trainer does not have); RMSNorm is one fused op in
 float32; the key/value cache is preallocated, written in place and doubled when full; each
 distinct prompt is prefilled once for the samples that share it; and rows that have finished
 are dropped from the batch, so a batch does not keep paying for its early finishers.
@@ -16,7 +19,8 @@ The model's own modules still supply what differs between families (the rotary t
 activation, biases, the per-head ``q_norm``/``k_norm`` of Qwen3), and sampling applies
 ``transformers``' own temperature, top-k and top-p warpers in ``generate``'s order, then draws
 by inverting the cumulative distribution (:func:`draw`), so the distribution sampled is the
-one ``generate`` samples. Greedy outputs equal ``generate``'s (``tests/test_decode.py``). The
+one ``generate`` samples; the log-prob of each drawn token under that distribution is
+returned beside it (what ``train/logprob_mismatch`` and ``grpo.tis_cap`` read). Greedy outputs equal ``generate``'s (``tests/test_decode.py``). The
 loop is plain torch and runs on any device; on a GPU the fast path is vLLM. Anything this loop
 does not reproduce exactly — another architecture, a sliding window, a length-dependent rotary
 scaling, a generation config with a repetition penalty or banned words, sharded weights, DoRA
@@ -34,6 +38,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from agon_lightning.policy import BASE_ADAPTER, active_adapter
+from agon_lightning.sampling import drawn_logprobs, is_sharded
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # a rotary table that depends on the position only
@@ -115,6 +120,11 @@ class Layer:
     gate_up_bias: Tensor | None
     down: Tensor
     down_bias: Tensor | None
+    # Unmerged adapter ``(s·Aᵀ [in, R], Bᵀ [R, out])`` in float32 per fused projection (low precision only).
+    qkv_lora: tuple[Tensor, Tensor] | None = None
+    o_lora: tuple[Tensor, Tensor] | None = None
+    gate_up_lora: tuple[Tensor, Tensor] | None = None
+    down_lora: tuple[Tensor, Tensor] | None = None
 
 
 @dataclass
@@ -174,12 +184,12 @@ def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None
             return f"attention scaling {attn.scaling} is not head_dim ** -0.5"
     if getattr(lm.get_output_embeddings(), "bias", None) is not None:
         return "an output layer with a bias"
-    if tuple(decoder.embed_tokens.weight.shape) != (config.vocab_size, config.hidden_size):
+    if is_sharded(decoder.embed_tokens.weight, (config.vocab_size, config.hidden_size)):
         return "sharded weights"
     for module in lm.modules():
         if isinstance(module, LoraLayer):
             weight = module.get_base_layer().weight
-            if module.merged or tuple(weight.shape) != (module.out_features, module.in_features):
+            if module.merged or is_sharded(weight, (module.out_features, module.in_features)):
                 return "merged or sharded adapter layers"
             if module.lora_variant or any(
                 getattr(b, "bias", None) is not None for b in module.lora_B.values()
@@ -187,9 +197,8 @@ def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None
                 return "a LoRA variant (DoRA) or a LoRA bias"
             if not module.disable_adapters and len(module.active_adapters) > 1:
                 return f"several active adapters {module.active_adapters}"
-        elif isinstance(module, nn.Linear) and tuple(module.weight.shape) != (
-            module.out_features,
-            module.in_features,
+        elif isinstance(module, nn.Linear) and is_sharded(
+            module.weight, (module.out_features, module.in_features)
         ):
             return "sharded weights"
     settings = _generation_settings(lm, generate_kwargs)
@@ -222,22 +231,47 @@ def current_adapter(model: nn.Module) -> str | None:
     return None if name == BASE_ADAPTER else name
 
 
-def _projection(module: nn.Module, adapter: str | None) -> tuple[Tensor, Tensor | None]:
-    """``(weight [out, in], bias)`` of a projection with ``adapter`` merged in (``None``: the base)."""
+Projection = tuple[Tensor, Tensor | None, tuple[Tensor, Tensor] | None]  # weight [out, in], bias, (s·A, B)
+
+
+def _projection(module: nn.Module, adapter: str | None) -> Projection:
+    """A projection's ``(weight [out, in], bias, unmerged adapter)`` for ``adapter`` (``None``: the base).
+
+    In float32 the adapter is merged (``W + s · B A``) and the third item is ``None``; in a lower
+    precision the weight is the base's and the third is ``(s · A [r, in], B [out, r])`` in float32.
+    """
     base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
     weight = base.weight
-    if adapter is not None and adapter in getattr(module, "lora_A", {}):
-        a, b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
-        weight = torch.addmm(weight, b.to(weight.dtype), a.to(weight.dtype), alpha=module.scaling[adapter])
-    return weight, base.bias
+    if adapter is None or adapter not in getattr(module, "lora_A", {}):
+        return weight, base.bias, None
+    a, b, scale = module.lora_A[adapter].weight, module.lora_B[adapter].weight, module.scaling[adapter]
+    if weight.dtype != torch.float32:
+        return weight, base.bias, (a.float() * scale, b.float())
+    return torch.addmm(weight, b.to(weight.dtype), a.to(weight.dtype), alpha=scale), base.bias, None
 
 
-def _fused(*projections: tuple[Tensor, Tensor | None]) -> tuple[Tensor, Tensor | None]:
-    """The projections side by side as one ``[in, sum of out]`` matrix (and bias)."""
-    weight = torch.cat([w for w, _ in projections]).t().contiguous()
-    if all(b is None for _, b in projections):
-        return weight, None
-    return weight, torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in projections])
+def _fused(*projections: Projection) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor] | None]:
+    """The projections side by side: one ``[in, sum of out]`` matrix, its bias, and their adapters.
+
+    The adapters' ``A`` stack into one ``[in, R]`` and their ``B`` into a block-diagonal ``[R, sum
+    of out]``, so the low-rank term of the fused product is two matmuls.
+    """
+    weight = torch.cat([w for w, _, _ in projections]).t().contiguous()
+    bias = None
+    if any(b is not None for _, b, _ in projections):
+        bias = torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b, _ in projections])
+    if all(ab is None for _, _, ab in projections):
+        return weight, bias, None
+    ranks = [0 if ab is None else ab[0].shape[0] for _, _, ab in projections]
+    a = weight.new_zeros(weight.shape[0], sum(ranks), dtype=torch.float32)  # [in, R]
+    b = weight.new_zeros(sum(ranks), weight.shape[1], dtype=torch.float32)  # [R, out]
+    row = col = 0
+    for (w, _, ab), rank in zip(projections, ranks):
+        if ab is not None:
+            a[:, row : row + rank] = ab[0].t()
+            b[row : row + rank, col : col + w.shape[0]] = ab[1].t()
+        row, col = row + rank, col + w.shape[0]
+    return weight, bias, (a, b)
 
 
 def weights(model: nn.Module, adapter: str | None) -> Weights:
@@ -249,14 +283,14 @@ def weights(model: nn.Module, adapter: str | None) -> Weights:
     with torch.no_grad():
         for layer in decoder.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            qkv, qkv_bias = _fused(
+            qkv, qkv_bias, qkv_lora = _fused(
                 *(_projection(p, adapter) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
             )
-            o, o_bias = _fused(_projection(attn.o_proj, adapter))
-            gate_up, gate_up_bias = _fused(
+            o, o_bias, o_lora = _fused(_projection(attn.o_proj, adapter))
+            gate_up, gate_up_bias, gate_up_lora = _fused(
                 _projection(mlp.gate_proj, adapter), _projection(mlp.up_proj, adapter)
             )
-            down, down_bias = _fused(_projection(mlp.down_proj, adapter))
+            down, down_bias, down_lora = _fused(_projection(mlp.down_proj, adapter))
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
             layers.append(
                 Layer(
@@ -272,6 +306,10 @@ def weights(model: nn.Module, adapter: str | None) -> Weights:
                     gate_up_bias,
                     down,
                     down_bias,
+                    qkv_lora,
+                    o_lora,
+                    gate_up_lora,
+                    down_lora,
                 )  # fmt: skip
             )
     config = lm.config
@@ -314,10 +352,20 @@ def draw(probs: Tensor) -> Tensor:
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[1] - 1)
 
 
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``x @ weight (+ bias)`` for an ``[in, out]`` weight."""
+def _linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, lora: tuple[Tensor, Tensor] | None = None
+) -> Tensor:
+    """``x @ weight (+ bias)`` for an ``[in, out]`` weight, plus ``(x Aᵀ) Bᵀ`` in float32 for an unmerged adapter.
+
+    The order of PEFT's forward in low precision: the base product in the weight's dtype, the
+    low-rank term in float32 added to it, the sum cast back.
+    """
     out = torch.matmul(x, weight)
-    return out if bias is None else out + bias
+    if bias is not None:
+        out = out + bias
+    if lora is None:
+        return out
+    return (out.float() + torch.matmul(torch.matmul(x.float(), lora[0]), lora[1])).to(out.dtype)
 
 
 class _Cache:
@@ -356,7 +404,9 @@ def _forward(
     q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
     for i, layer in enumerate(w.layers):
         h = _rms_norm(x, layer.ln1, w.eps)
-        q, k, v = _linear(h, layer.qkv, layer.qkv_bias).split([q_size, kv_size, kv_size], dim=-1)
+        q, k, v = _linear(h, layer.qkv, layer.qkv_bias, layer.qkv_lora).split(
+            [q_size, kv_size, kv_size], dim=-1
+        )
         q = q.view(b, s, w.heads, w.head_dim)
         k = k.view(b, s, w.kv_heads, w.head_dim)
         if layer.q_norm is not None:
@@ -371,25 +421,32 @@ def _forward(
             q, cache.keys[i][:, :, : start + s], cache.values[i][:, :, : start + s], attn_mask=mask,
             scale=w.scaling, enable_gqa=w.heads != w.kv_heads,
         )  # [B, heads, S, d]  # fmt: skip
-        x = x + _linear(o.transpose(1, 2).reshape(b, s, q_size), layer.o, layer.o_bias)
+        x = x + _linear(o.transpose(1, 2).reshape(b, s, q_size), layer.o, layer.o_bias, layer.o_lora)
         h = _rms_norm(x, layer.ln2, w.eps)
-        gate, up = _linear(h, layer.gate_up, layer.gate_up_bias).split(
+        gate, up = _linear(h, layer.gate_up, layer.gate_up_bias, layer.gate_up_lora).split(
             [w.intermediate, w.intermediate], dim=-1
         )
-        x = x + _linear(w.act(gate) * up, layer.down, layer.down_bias)
+        x = x + _linear(w.act(gate) * up, layer.down, layer.down_bias, layer.down_lora)
     return x
 
 
-def _next_tokens(w: Weights, hidden: Tensor, sampling: Sampling, step: int, eos: Tensor) -> Tensor:
-    """``[B]`` next tokens from the last hidden states ``[B, H]``, as ``generate`` chooses them."""
+def _next_tokens(
+    w: Weights, hidden: Tensor, sampling: Sampling, step: int, eos: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``([B] next tokens, [B] their log-probs)`` from the last hidden states ``[B, H]``, as ``generate`` chooses them.
+
+    The log-prob is under the distribution drawn from (after the warpers; greedy: the plain softmax).
+    """
     scores = F.linear(_rms_norm(hidden, w.norm, w.eps), w.head).float()  # [B, V]
     if step < sampling.min_new_tokens:
         scores[:, eos] = -float("inf")
     if sampling.greedy:
-        return scores.argmax(dim=-1)
+        token = scores.argmax(dim=-1)
+        return token, drawn_logprobs(scores, token)
     for warp in sampling.warpers():
         scores = warp(None, scores)
-    return draw(F.softmax(scores, dim=-1))
+    token = draw(F.softmax(scores, dim=-1))
+    return token, drawn_logprobs(scores, token)
 
 
 @torch.no_grad()
@@ -402,8 +459,9 @@ def decode(
     pad_id: int,
     sampling: Sampling,
     counts: Tensor | None = None,
-) -> Tensor:
-    """Completion ids ``[B, steps]`` for left-padded prompts ``ids``/``attn`` ``[B, P]``, pad after each EOS.
+) -> tuple[Tensor, Tensor]:
+    """Completion ids ``[B, steps]`` for left-padded prompts ``ids``/``attn`` ``[B, P]``, pad after each EOS,
+    and each drawn token's sampling log-prob ``[B, steps]`` (float32, 0 after the EOS).
 
     As ``generate`` returns them after the prompt: ``steps`` is the longest completion (every
     row stops at its first EOS, and all stop at ``max_new_tokens``).
@@ -443,11 +501,14 @@ def decode(
     position = attn.long().sum(dim=1)  # [B] the position of each row's next token
     rows = torch.arange(total, device=device)  # which rows of the output the batch's rows are
     out = torch.full((total, max_new_tokens), pad_id, dtype=ids.dtype, device=device)
+    out_logp = torch.zeros(total, max_new_tokens, dtype=torch.float32, device=device)
     done = torch.zeros(total, dtype=torch.bool, device=device)
     steps = 0
     for step in range(max_new_tokens):
-        token = _next_tokens(w, x, sampling, step, eos).masked_fill(done, pad_id)  # [b]; padding once done
+        token, logp = _next_tokens(w, x, sampling, step, eos)
+        token = token.masked_fill(done, pad_id)  # [b]; padding once done
         out[rows, step] = token
+        out_logp[rows, step] = logp.masked_fill(done, 0.0)
         steps = step + 1
         done = done | torch.isin(token, eos)
         if step == max_new_tokens - 1 or bool(done.all()):
@@ -472,4 +533,4 @@ def decode(
             w, F.embedding(token[:, None], w.embed), cache, slot, cos, sin, valid[:, None, None, : slot + 1]
         )[:, 0]  # fmt: skip
         position = position + 1
-    return out[:, :steps]
+    return out[:, :steps], out_logp[:, :steps]

@@ -16,8 +16,11 @@ Sampling runs no backward, so :func:`merged_for_sampling` gives each adapted lay
 projection then costs one matmul and no Python hop per token. The base weights are never
 written (nothing to restore, so nothing to restore inexactly), and the merged copy is used
 only while autograd is off, so it can never reach a backward. Where the weights are sharded
-(DeepSpeed ZeRO-3, FSDP: a layer's weight is not its full ``[out, in]`` matrix) nothing is
-merged and sampling uses the LoRA path, with a warning saying so.
+(DeepSpeed ZeRO-3, FSDP: a layer's weight is not its full ``[out, in]`` matrix, or is an FSDP2
+``DTensor``) nothing is merged and sampling uses the LoRA path, with a warning saying so. Nor
+is anything merged in a precision below float32: ``W + s · B A`` rounded to bf16 loses much of
+a small update, so the sampler would not be the policy being trained; the LoRA path adds the
+low-rank term in float32, exactly as the trainer's forward does.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from agon_lightning.sampling import is_sharded
 
 _LAYERS = "_agon_lora_layers"  # install()'s layers, where they are the model's only adapter layers
 
@@ -132,8 +137,7 @@ def lora_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
 
 
 def _sharded(layer: Any) -> bool:
-    weight = layer.base_layer.weight
-    return weight.dim() != 2 or tuple(weight.shape) != (layer.out_features, layer.in_features)
+    return is_sharded(layer.base_layer.weight, (layer.out_features, layer.in_features))
 
 
 @contextlib.contextmanager
@@ -141,11 +145,12 @@ def merged_for_sampling(model: nn.Module, adapter: str | None) -> Iterator[bool]
     """While inside, layers with :func:`lora_forward` run ``adapter`` as one merged matmul when autograd is off.
 
     Yields whether it merged: ``False`` for the base (``adapter=None``), a model without
-    installed layers, or sharded weights (ZeRO-3/FSDP, warned). The merged weights are
-    dropped on exit; the base weights are never modified.
+    installed layers, base weights below float32 (the sum would round the update away), or
+    sharded weights (ZeRO-3/FSDP, warned). The merged weights are dropped on exit; the base
+    weights are never modified.
     """
     layers = [m for m in lora_layers(model) if "forward" in m.__dict__ and adapter in m.lora_A]
-    if adapter is None or not layers:
+    if adapter is None or not layers or any(m.base_layer.weight.dtype != torch.float32 for m in layers):
         yield False
         return
     if any(_sharded(m) for m in layers):

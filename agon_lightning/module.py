@@ -32,6 +32,7 @@ from torch import Tensor
 
 from agon_lightning.grpo import (
     AGGREGATIONS,
+    STD_KINDS,
     LossNormalizer,
     clipped_policy_loss,
     group_advantages,
@@ -78,6 +79,10 @@ class GRPOOptions:
     Attributes:
         num_generations: N, rollouts per problem (the group size).
         scale_std: Divide advantages by the group std (``False`` = Dr. GRPO centring only).
+        std: Which group std: ``population`` (÷N, the default) or ``unbiased`` (÷(N−1), TRL's).
+            Unbiased makes advantages √((N−1)/N) as large (0.935× at N = 8; TRL's are 1.069×
+            ours). ``population`` is the default so every result recorded with this project
+            stays reproducible; the choice only rescales advantages, like a learning-rate change.
         epsilon_low: Lower clip range of the importance ratio.
         epsilon_high: Upper clip range (``> epsilon_low`` is DAPO's clip-higher).
         num_iterations: μ, optimizer steps on the same rollouts.
@@ -87,12 +92,14 @@ class GRPOOptions:
         logprob_chunk_size: Tokens per chunk when computing log-probs from hidden states.
         micro_batch_size: Sequences per role per backward (0 = the whole step at once).
         tis_cap: Cap of the truncated importance-sampling correction ``min(exp(trainer −
-            engine), cap)`` applied per token to the surrogate when the rollout backend reports
-            its own sampling log-probs (vLLM); ``None`` = off. Typical: 2.
+            sampler), cap)`` applied per token to the surrogate, from the sampling log-probs
+            every rollout backend reports (vLLM, the decode loop, ``generate``); ``None`` = off.
+            Typical: 2.
     """
 
     num_generations: int = 8
     scale_std: bool = True
+    std: str = "population"
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     num_iterations: int = 1
@@ -116,6 +123,8 @@ class GRPOOptions:
             )
         if self.kl_beta < 0:
             raise ValueError(f"grpo.kl_beta must be >= 0, got {self.kl_beta}")
+        if self.std not in STD_KINDS:
+            raise ValueError(f"grpo.std must be one of {STD_KINDS}, got {self.std!r}")
         if self.loss_aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"grpo.loss_aggregation must be one of {AGGREGATIONS}, got {self.loss_aggregation!r}"
@@ -237,12 +246,6 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
-        if grpo.tis_cap is not None and not rollout.reports_logprobs:
-            raise ValueError(
-                f"grpo.tis_cap={grpo.tis_cap} corrects for an inference engine's sampling log-probs, but "
-                f"{type(rollout).__name__} samples with the trained model itself and reports none; use "
-                "--model.rollout=vllm or set grpo.tis_cap to null"
-            )
         self.save_hyperparameters(
             ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
         )
@@ -339,7 +342,7 @@ class AgonModule(L.LightningModule):
         A backend with its own copy of the base (vLLM) reads only the adapters, whole
         (:func:`~agon_lightning.strategies.full_tensors`).
         """
-        if getattr(self.rollout, "keeps_own_weights", False):
+        if self.rollout.keeps_own_weights:
             return contextlib.nullcontext()
         return gathered(self.policy)
 
@@ -419,14 +422,19 @@ class AgonModule(L.LightningModule):
                 ref, _ = self._logprobs(None, role.rollouts, rows)
         mask = self._loss_mask(rb)
         weights = None
-        if rb.logprobs is not None and self.grpo.tis_cap is not None:
+        if self.grpo.tis_cap is not None:
+            if rb.logprobs is None:
+                raise ValueError(
+                    f"grpo.tis_cap={self.grpo.tis_cap} needs the sampling log-probs, but "
+                    f"{type(self.rollout).__name__} returned none; set grpo.tis_cap to null"
+                )
             weights = sampler_correction(old, rb.logprobs.to(old.device), self.grpo.tis_cap)
         loss, stats = clipped_policy_loss(
             logp, old, role.advantages[rows].to(logp.device), mask, norm, self.grpo.epsilon_low,
             self.grpo.epsilon_high, self.grpo.loss_aggregation, ref, self.grpo.kl_beta, weights,
         )  # fmt: skip
         stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-        if rb.logprobs is not None:  # how far the engine's sampling policy is from the trainer's
+        if rb.logprobs is not None:  # how far the sampling policy is from the trainer's
             stats["logprob_mismatch"] = logprob_mismatch(old, rb.logprobs.to(old.device), rb.completion_mask)
         return loss, stats
 
@@ -525,7 +533,7 @@ class AgonModule(L.LightningModule):
         roles = [record.draft] + ([record.challenge] if record.challenge is not None else [])
         zero_std = []
         for role in roles:
-            role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std)
+            role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std, std=self.grpo.std)
             zero_std.append(zs.float())
         stats = self._update(roles)
         t2 = time.perf_counter()

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from agon_lightning import decode
 from agon_lightning.fast_lora import merged_for_sampling
+from agon_lightning.sampling import LogprobRecorder
 from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 
 _SAID: set[str] = set()
@@ -42,9 +43,9 @@ class RolloutBatch:
         texts: Decoded completions, special tokens removed.
         lengths: ``[B]`` completion tokens (EOS included).
         truncated: ``[B]`` True where no EOS came within ``max_new_tokens``.
-        logprobs: ``[B, T]`` the sampling engine's own log-prob of each completion token (0 on
-            padding), when the backend reports them (vLLM); ``None`` for HF ``generate``, whose
-            sampling pass is the trainer's own forward.
+        logprobs: ``[B, T]`` the sampler's own log-prob of each completion token under the
+            distribution it drew from (after temperature, top-k and top-p; 0 on padding). Every
+            shipped backend reports them; ``None`` only from a backend that cannot.
     """
 
     prompt_ids: Tensor
@@ -106,10 +107,18 @@ def encode_prompts(
 
 
 class Rollout(ABC):
-    """Samples ``num_samples`` completions for each prompt with the model's active adapter."""
+    """Samples ``num_samples`` completions for each prompt with the model's active adapter.
+
+    Attributes:
+        max_new_tokens: The completion budget.
+        keeps_own_weights: ``True`` for a backend that holds its own copy of the base (an
+            inference engine such as vLLM) and reads only the adapters from the model: the module
+            then neither gathers sharded weights for it nor moves the model to a device for it.
+            ``False`` (the default) samples from the trained model itself.
+    """
 
     max_new_tokens: int
-    reports_logprobs: bool = False  # True where RolloutBatch.logprobs holds the engine's sampling log-probs
+    keeps_own_weights: bool = False
 
     @abstractmethod
     def generate(
@@ -214,16 +223,19 @@ class HFRollout(Rollout):
         rows = None if adapter_names is None else [n for n in adapter_names for _ in range(num_samples)]
         reason = decode.unsupported(model, kwargs) if self.fused_decode else "fused_decode is off"
         if reason is None:
-            completion = self._decode(model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs)
+            completion, logprobs = self._decode(
+                model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs
+            )
         else:
             if self.fused_decode:
                 _say_once(f"HFRollout samples with generate, not the decode loop: {reason}")
-            completion = self._generate(model, ids, attn, rows, tokenizer.pad_token_id, kwargs)
+            completion, logprobs = self._generate(model, ids, attn, rows, tokenizer.pad_token_id, kwargs)
         mask, truncated = completion_mask(completion, eos_ids)
         # generate() pads finished rows with pad == eos for many tokenizers: the mask handles it.
         completion = completion.masked_fill(mask == 0, tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
-        return RolloutBatch(ids, attn, completion, mask, texts, mask.sum(dim=1), truncated)
+        logprobs = logprobs * mask
+        return RolloutBatch(ids, attn, completion, mask, texts, mask.sum(dim=1), truncated, logprobs)
 
     def _generate(
         self,
@@ -233,15 +245,19 @@ class HFRollout(Rollout):
         rows: list[str] | None,
         pad_id: int,
         kwargs: dict[str, Any],
-    ) -> Tensor:
-        """Completions ``[B, T]`` from ``model.generate``, ``max_batch_size`` rows at a time.
+    ) -> tuple[Tensor, Tensor]:
+        """Completions ``[B, T]`` from ``model.generate``, ``max_batch_size`` rows at a time, and their log-probs.
 
         With ``merge_adapter``, the active adapter is merged into a copy of each adapted weight
-        while sampling (:func:`agon_lightning.fast_lora.merged_for_sampling`); a mixed-adapter
-        batch runs through PEFT's per-row LoRA.
+        while sampling (:func:`agon_lightning.fast_lora.merged_for_sampling`, float32 only); a
+        mixed-adapter batch runs through PEFT's per-row LoRA. The temperature, top-k and top-p
+        warpers run as our own processors, in ``generate``'s order, followed by a
+        :class:`~agon_lightning.sampling.LogprobRecorder`: the log-probs are of the scores drawn from.
         """
         step = self.max_batch_size or ids.shape[0]
         merge = decode.current_adapter(model) if self.merge_adapter and rows is None else None
+        warpers = decode.sampling_of(model, kwargs).warpers()
+        kwargs = {**kwargs, **({"temperature": 1.0, "top_p": 1.0, "top_k": 0} if warpers else {})}
         pieces = []
         with merged_for_sampling(model, merge):
             for start in range(0, ids.shape[0], step):
@@ -249,10 +265,18 @@ class HFRollout(Rollout):
                     kwargs = {**kwargs, "adapter_names": rows[start : start + step]}
                 chunk_ids, chunk_attn = ids[start : start + step], attn[start : start + step]
                 shared = self._shared_prefill(model, chunk_ids, chunk_attn) if rows is None else {}
-                out = model.generate(input_ids=chunk_ids, attention_mask=chunk_attn, **kwargs, **shared)
-                pieces.append(out[:, ids.shape[1] :])
-        width = max(p.shape[1] for p in pieces)
-        return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad_id) for p in pieces])
+                recorder = LogprobRecorder()
+                out = model.generate(
+                    input_ids=chunk_ids, attention_mask=chunk_attn, logits_processor=[*warpers, recorder],
+                    **kwargs, **shared,
+                )[:, ids.shape[1] :]  # fmt: skip
+                pieces.append((out, recorder.logprobs(out)))
+        width = max(p.shape[1] for p, _ in pieces)
+        pad = torch.nn.functional.pad
+        return (
+            torch.cat([pad(p, (0, width - p.shape[1]), value=pad_id) for p, _ in pieces]),
+            torch.cat([pad(lp, (0, width - lp.shape[1])) for _, lp in pieces]),
+        )
 
     def _decode(
         self,
@@ -263,8 +287,8 @@ class HFRollout(Rollout):
         eos_ids: list[int],
         pad_id: int,
         kwargs: dict[str, Any],
-    ) -> Tensor:
-        """Completions ``[B, T]`` from :func:`agon_lightning.decode.decode`, one adapter's rows at a time.
+    ) -> tuple[Tensor, Tensor]:
+        """Completions ``[B, T]`` and their log-probs from :func:`agon_lightning.decode.decode`, one adapter's rows at a time.
 
         A mixed-adapter batch is split by adapter (each row's tokens are the same as in a batch of
         its own adapter's rows), and each part runs ``max_batch_size`` rows at a time.
@@ -272,23 +296,25 @@ class HFRollout(Rollout):
         sampling = decode.sampling_of(model, kwargs)
         names = rows if rows is not None else [decode.current_adapter(model)] * ids.shape[0]
         step = self.max_batch_size or ids.shape[0]
-        pieces: list[tuple[Tensor, Tensor]] = []
+        pieces: list[tuple[Tensor, Tensor, Tensor]] = []
         for name in dict.fromkeys(names):
             weights = decode.weights(model, name)
             index = torch.tensor([i for i, n in enumerate(names) if n == name], device=ids.device)
             for start in range(0, len(index), step):
                 part = index[start : start + step]
                 part_ids, part_attn = ids[part], attn[part]
-                out = decode.decode(
+                out, logp = decode.decode(
                     weights, part_ids, part_attn, self.max_new_tokens, eos_ids, pad_id, sampling,
                     prompt_groups(part_ids, part_attn),
                 )  # fmt: skip
-                pieces.append((part, out))
-        width = max(out.shape[1] for _, out in pieces)
+                pieces.append((part, out, logp))
+        width = max(out.shape[1] for _, out, _ in pieces)
         completion = ids.new_full((ids.shape[0], width), pad_id)
-        for part, out in pieces:
+        logprobs = torch.zeros(ids.shape[0], width, device=ids.device)
+        for part, out, logp in pieces:
             completion[part, : out.shape[1]] = out
-        return completion
+            logprobs[part, : out.shape[1]] = logp
+        return completion, logprobs
 
     @staticmethod
     def _shared_prefill(model: Any, ids: Tensor, attn: Tensor) -> dict[str, Any]:

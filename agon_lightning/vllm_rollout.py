@@ -156,7 +156,6 @@ class VLLMRollout(Rollout):
             when unset).
     """
 
-    reports_logprobs = True
     keeps_own_weights = True  # the engine has its own base; only the adapters are read from the model
 
     def __init__(

@@ -42,6 +42,8 @@ class Workload:
         num_layers: Its depth.
         steps: Measured steps, after one warm-up step.
         seed: Seeds the model, the data and the sampling.
+        arch: ``tiny`` (the shape above) or a published shape of :data:`agon_lightning.shapes.QWEN3`
+            (e.g. ``qwen3-0.6b``: random weights, the tiny tokenizer, whose ids fit the vocabulary).
     """
 
     prompts: int = 2
@@ -53,6 +55,7 @@ class Workload:
     num_layers: int = 4
     steps: int = 4
     seed: int = 0
+    arch: str = "tiny"
 
     @property
     def rollouts(self) -> int:
@@ -72,10 +75,13 @@ def build_model_dir(root: Path, work: Workload) -> Path:
     """
     from agon_lightning.tiny import TinyArchitecture, build_tokenizer
 
-    path = root / f"tiny-h{work.hidden_size}-l{work.num_layers}-s{work.seed}-t{work.max_new_tokens}"
+    shape = f"h{work.hidden_size}-l{work.num_layers}" if work.arch == "tiny" else work.arch
+    path = root / f"{shape}-s{work.seed}-t{work.max_new_tokens}"
     if (path / "config.json").is_file():
         return path
     from transformers import GenerationConfig, Qwen3ForCausalLM
+
+    from agon_lightning.shapes import qwen3_config
 
     tokenizer = build_tokenizer()
     heads = max(work.hidden_size // 32, 2)
@@ -88,7 +94,12 @@ def build_model_dir(root: Path, work: Workload) -> Path:
         max_position_embeddings=2048,
     )
     torch.manual_seed(work.seed)
-    model = Qwen3ForCausalLM(arch.config(tokenizer))
+    if work.arch == "tiny":
+        config = arch.config(tokenizer)
+    else:
+        ids = dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        config = qwen3_config(work.arch, **ids)
+    model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -333,6 +344,7 @@ def workload_parser(
     parser.add_argument("--prompts", type=int, default=prompts, help="P, problems per step")
     parser.add_argument("--generations", type=int, default=4, help="N, rollouts per problem")
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="T, tokens per completion")
+    parser.add_argument("--arch", default="tiny", help="tiny, or a published shape such as qwen3-0.6b")
     return parser
 
 
@@ -343,6 +355,7 @@ def workload_of(cli: argparse.Namespace, **extra: Any) -> Workload:
         generations=cli.generations,
         max_new_tokens=cli.max_new_tokens,
         steps=cli.steps,
+        arch=cli.arch,
         **extra,
     )
 

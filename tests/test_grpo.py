@@ -153,3 +153,25 @@ def test_logprob_mismatch_is_the_masked_mean_absolute_gap():
     engine = torch.tensor([[-1.5, -1.0, 9.0]])
     mask = torch.tensor([[1, 1, 0]])
     assert logprob_mismatch(trainer, engine, mask).item() == pytest.approx((0.5 + 1.0) / 2)
+
+
+def test_group_std_population_and_unbiased_against_a_hand_computation():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])  # mean 0.25, squared deviations 0.5625, 3 × 0.0625
+    population = (0.75 / 4) ** 0.5  # sum of squares 0.75 over N
+    unbiased = (0.75 / 3) ** 0.5  # over N − 1
+    pop, _ = group_advantages(rewards, 4, eps=0.0)
+    unb, _ = group_advantages(rewards, 4, eps=0.0, std="unbiased")
+    assert pop[0].item() == pytest.approx(0.75 / population) and unb[0].item() == pytest.approx(
+        0.75 / unbiased
+    )
+    assert (pop / unb)[0].item() == pytest.approx((4 / 3) ** 0.5)
+
+
+def test_group_std_kind_is_validated_naming_the_value():
+    from agon_lightning.module import GRPOOptions
+
+    with pytest.raises(ValueError, match="'sample'"):
+        group_advantages(torch.zeros(4), 2, std="sample")
+    with pytest.raises(ValueError, match=r"grpo.std must be one of .*'bessel'"):
+        GRPOOptions(std="bessel")
+    assert GRPOOptions().std == "population"

@@ -322,9 +322,9 @@ def test_lora_rank_bound_is_the_smallest_vllm_accepts():
         vllm_rollout.lora_rank_bound([1024])
 
 
-def test_tis_needs_a_backend_that_reports_logprobs():
-    with pytest.raises(ValueError, match="grpo.tis_cap=2.0 .*HFRollout.*--model.rollout=vllm"):
-        AgonModule(grpo=GRPOOptions(tis_cap=2.0), rollout=HFRollout())
+def test_tis_is_accepted_with_every_backend_and_only_vllm_keeps_its_own_weights():
+    assert AgonModule(grpo=GRPOOptions(tis_cap=2.0), rollout=HFRollout()).grpo.tis_cap == 2.0
+    assert VLLMRollout.keeps_own_weights and not HFRollout.keeps_own_weights
 
 
 @needs_vllm
