@@ -26,11 +26,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": (LIGHTNING_MAIN, "train the drafter/challenger pair (start from --config agon:agon.yaml)"),
     "validate": (LIGHTNING_MAIN, "held-out pass@1 and length of the base, both adapters and both cascades"),
     "test": (LIGHTNING_MAIN, "the same evaluation through Lightning's test loop"),
-    "predict": ("agon_lightning.predict:predict_main", "run a bundle's two-stage cascade over a problem file (JSON lines out)"),
-    "sft": ("agon_lightning.sft:sft_main", "supervised warm-start: teach a base model the answer format"),
+    "predict": ("agon_lightning.deploy.predict:predict_main", "run a bundle's two-stage cascade over a problem file (JSON lines out)"),
+    "sft": ("agon_lightning.training.sft:sft_main", "supervised warm-start: teach a base model the answer format"),
     "sweep": ("agon_lightning.sweep:sweep_main", "the paper's variants x seeds, one `agon fit` each, resumable; results table and plots"),
-    "serve": ("agon_lightning.serve:serve_main", "serve a bundle's cascade behind an OpenAI-compatible HTTP endpoint"),
-    "export": ("agon_lightning.export:export_main", "merge an adapter into its base, or lay out both for a multi-LoRA server"),
+    "serve": ("agon_lightning.deploy.serve:serve_main", "serve a bundle's cascade behind an OpenAI-compatible HTTP endpoint"),
+    "export": ("agon_lightning.deploy.export:export_main", "merge an adapter into its base, or lay out both for a multi-LoRA server"),
     "config": ("agon_lightning.config_files:config_main", "list the configs shipped with the package, or print one"),
 }  # fmt: skip
 

@@ -16,7 +16,7 @@ from agon_lightning.cli import COMMANDS
 from agon_lightning.cli_base import BaseCLI, compact_usage
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.errors import UsageError
-from agon_lightning.module import AgonModule
+from agon_lightning.training.module import AgonModule
 
 
 def default_loggers(save_dir: str) -> list[Any]:

@@ -261,8 +261,14 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
             mean, std = mean_std([getattr(r, stat) for r in rs])
             if not math.isnan(mean) and steps:
                 hard.series.append(
-                    Series(variant, [steps[-1]], [mean], std=[0.0 if math.isnan(std) else std],
-                           level=variant in EVAL_ONLY, **style)  # fmt: skip
+                    Series(
+                        variant,
+                        [steps[-1]],
+                        [mean],
+                        std=[0.0 if math.isnan(std) else std],
+                        level=variant in EVAL_ONLY,
+                        **style,
+                    )  # fmt: skip
                 )
         panels = [main, hard] if hard.series else [main]
         draw(panels, len(panels), out / name, f"deployed policy of each variant: {label}")

@@ -10,7 +10,7 @@ previous checkpoint as it was:
   its epoch (:class:`~agon_lightning.data.base.ResumableDataLoader`) and every process's
   torch, CUDA, numpy and Python RNG states;
 * ``NAME/``, the adapter bundle: ``alpha/`` and ``beta/`` in PEFT's layout plus ``agon.json``
-  (:func:`agon_lightning.bundle.save_bundle`).
+  (:func:`agon_lightning.deploy.bundle.save_bundle`).
 
 ``last`` is rewritten every ``every_n_train_steps``; ``best-step=S`` follows ``monitor`` and
 is updated after validation. This is Lightning's ``ModelCheckpoint`` with those two
@@ -45,7 +45,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from agon_lightning.bundle import atomic_directory, save_bundle
+from agon_lightning.deploy.bundle import atomic_directory, save_bundle
 from agon_lightning.strategies import full_tensors
 
 from .interrupt import Interrupted, StopSignals
@@ -88,7 +88,7 @@ def publish(partial: str | Path, target: str | Path) -> None:
     """Move a finished checkpoint onto ``target`` in one rename.
 
     A file is renamed directly; a directory (sharded strategies write one) is swapped in
-    through :func:`~agon_lightning.bundle.atomic_directory`.
+    through :func:`~agon_lightning.deploy.bundle.atomic_directory`.
     """
     partial, target = Path(partial), Path(target)
     if partial.is_dir():

@@ -30,8 +30,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from agon_lightning.grpo import LogitHead
-from agon_lightning.policy import (
+from agon_lightning.adapters.policy import (
     activate,
     adapter_parameters,
     base_only,
@@ -40,9 +39,10 @@ from agon_lightning.policy import (
     logit_head,
     output_weight,
 )
-from agon_lightning.rollout import RolloutBatch
+from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
+from agon_lightning.training.grpo import LogitHead
 from agon_lightning.types import Verdict
 
 from .run_files import log_step_metrics

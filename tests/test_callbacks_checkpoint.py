@@ -17,13 +17,13 @@ from agon_lightning.callbacks.interrupt import StopSignals
 from lightning.pytorch.loggers import CSVLogger
 from test_resume import EvenLengthVerifier
 
-from agon_lightning.bundle import read_bundle
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.base import EpochShuffleSampler, ResumableDataLoader
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import LoraOptions
-from agon_lightning.rollout import HFRollout
-from agon_lightning.validation import CascadeEvaluator
+from agon_lightning.deploy.bundle import read_bundle
+from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.training.module import AgonModule, GRPOOptions
+from agon_lightning.training.validation import CascadeEvaluator
 
 
 # ---------------------------------------------------------------------------------------------

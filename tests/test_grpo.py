@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from agon_lightning.grpo import (
+from agon_lightning.training.grpo import (
     LossNormalizer,
     aggregate,
     clipped_policy_loss,

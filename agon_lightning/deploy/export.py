@@ -10,7 +10,7 @@
   the draft's summary (the templates are in ``agon.json``).
 
 Both outputs are written atomically, and the adapters are checked against the bundle's base
-first (:func:`~agon_lightning.bundle.check_adapters`).
+first (:func:`~agon_lightning.deploy.bundle.check_adapters`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.bundle import (
+from agon_lightning.adapters.policy import resolve_model_path
+from agon_lightning.deploy.bundle import (
     BUNDLE_FILE,
     atomic_directory,
     bundle_parser,
@@ -31,7 +32,6 @@ from agon_lightning.bundle import (
     load_adapters,
     read_bundle,
 )
-from agon_lightning.policy import resolve_model_path
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's --max-lora-rank accepts
 

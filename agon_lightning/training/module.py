@@ -30,17 +30,7 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from agon_lightning.grpo import (
-    AGGREGATIONS,
-    LossNormalizer,
-    clipped_policy_loss,
-    group_advantages,
-    logprob_mismatch,
-    sampler_correction,
-    token_logprobs,
-)
-from agon_lightning.pipeline import challenge_prompts, solve_batch
-from agon_lightning.policy import (
+from agon_lightning.adapters.policy import (
     BASE_ADAPTER,
     LoraOptions,
     activate,
@@ -55,16 +45,26 @@ from agon_lightning.policy import (
     output_weight,
     sample_with,
 )
+from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
-from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
-from agon_lightning.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
-from agon_lightning.shared_prompt import sample_groups
+from agon_lightning.rollout.hf import HFRollout, Rollout, RolloutBatch
 from agon_lightning.strategies import check_strategy, gathered, local_grads
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
+from agon_lightning.training.grpo import (
+    AGGREGATIONS,
+    LossNormalizer,
+    clipped_policy_loss,
+    group_advantages,
+    logprob_mismatch,
+    sampler_correction,
+    token_logprobs,
+)
+from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
+from agon_lightning.training.validation import CascadeEvaluator
 from agon_lightning.types import Problem, Verdict
-from agon_lightning.validation import CascadeEvaluator
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
@@ -170,10 +170,10 @@ class AgonModule(L.LightningModule):
             with the package.
         dtype: ``float32`` | ``bfloat16`` | ``float16`` for the base weights.
         game: ``agon`` (drafter + challenger) or ``grpo`` (one adapter, drafts only).
-        schedule: ``rotate`` | ``fixed`` | ``self_play`` (see :mod:`agon_lightning.schedule`).
+        schedule: ``rotate`` | ``fixed`` | ``self_play`` (see :mod:`agon_lightning.training.schedule`).
         pairing: Which draft each challenge reads and is graded against: ``per_rollout``
             (challenge i ↔ draft i) or ``shared`` (every challenge of a problem ↔ its first
-            draft; see :func:`agon_lightning.schedule.opponent_rows`).
+            draft; see :func:`agon_lightning.training.schedule.opponent_rows`).
         lora: Adapter settings.
         grpo: Policy-gradient settings.
         rollout: Sampling backend and settings.

@@ -18,10 +18,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from agon_lightning.fast_lora import adapters_disabled, install
-from agon_lightning.grpo import LogitHead
-from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
+from agon_lightning.adapters.fast_lora import adapters_disabled, install
+from agon_lightning.adapters.shared_prompt import (
+    prefix_hidden_states,
+    prompt_groups,
+    shared_prefixes,
+    shares_prompts,
+)
 from agon_lightning.strategies.gather import fsdp2_modules
+from agon_lightning.training.grpo import LogitHead
 
 EMBEDDED_PREFIX = "agon:"
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
@@ -174,7 +179,7 @@ def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> 
     ``set_adapter``, which sets ``requires_grad=False`` on every other adapter — and autograd
     then drops their gradients even from forwards that ran earlier in the step. So the flags
     are put back by name on the way out. Where the model's adapter layers are all on the fused
-    forward, they are switched off directly (:func:`~agon_lightning.fast_lora.adapters_disabled`:
+    forward, they are switched off directly (:func:`~agon_lightning.adapters.fast_lora.adapters_disabled`:
     the same state without PEFT's walks over every module).
     """
     try:
@@ -265,12 +270,12 @@ def completion_hidden_states(
     Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
     position ids from the attention mask exactly as ``generate`` computes them under left
     padding, so the recomputed log-probs match the sampling pass. The leading prompt tokens
-    that the rows of a group share run once for the group (:mod:`agon_lightning.shared_prompt`):
+    that the rows of a group share run once for the group (:mod:`agon_lightning.adapters.shared_prompt`):
     a GRPO group's whole prompt, or the problem that precedes each challenger's draft summary.
 
     Args:
         groups: ``[G]`` consecutive rows per group (e.g. from
-            :func:`~agon_lightning.shared_prompt.sample_groups`); ``None``: runs of identical prompts.
+            :func:`~agon_lightning.adapters.shared_prompt.sample_groups`); ``None``: runs of identical prompts.
     """
     decoder = model.get_base_model().get_decoder()
     counts = prompt_groups(prompt_ids, prompt_mask) if groups is None else groups

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from agon_lightning.policy import BASE_ADAPTER, active_adapter
+from agon_lightning.adapters.policy import BASE_ADAPTER, active_adapter
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # a rotary table that depends on the position only

@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-from agon_lightning.policy import BASE_ADAPTER, active_adapter
-from agon_lightning.rollout import (
+from agon_lightning.adapters.policy import BASE_ADAPTER, active_adapter
+from agon_lightning.rollout.hf import (
     Rollout,
     RolloutBatch,
     completion_mask,

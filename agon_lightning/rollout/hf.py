@@ -16,9 +16,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from agon_lightning import decode
-from agon_lightning.fast_lora import merged_for_sampling
-from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+from agon_lightning.adapters.fast_lora import merged_for_sampling
+from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+from agon_lightning.rollout import decode_loop as decode
 
 _SAID: set[str] = set()
 
@@ -166,10 +166,10 @@ class HFRollout(Rollout):
         max_batch_size: Most sequences per ``generate`` call (0 = all at once).
         merge_adapter: Sample with the active adapter merged into a copy of each adapted weight
             (one matmul per projection instead of three; the copy lives while sampling; not with
-            sharded weights, see :mod:`agon_lightning.fast_lora`).
+            sharded weights, see :mod:`agon_lightning.adapters.fast_lora`).
         fused_decode: Sample Llama-family models (Qwen3, Qwen2, Llama, Mistral) with our own
             decode loop (fused projections with the adapter merged, a preallocated cache,
-            finished rows dropped; :mod:`agon_lightning.decode`); anything it does not reproduce
+            finished rows dropped; :mod:`agon_lightning.rollout.decode_loop`); anything it does not reproduce
             exactly goes to ``generate``.
     """
 
@@ -237,7 +237,7 @@ class HFRollout(Rollout):
         """Completions ``[B, T]`` from ``model.generate``, ``max_batch_size`` rows at a time.
 
         With ``merge_adapter``, the active adapter is merged into a copy of each adapted weight
-        while sampling (:func:`agon_lightning.fast_lora.merged_for_sampling`); a mixed-adapter
+        while sampling (:func:`agon_lightning.adapters.fast_lora.merged_for_sampling`); a mixed-adapter
         batch runs through PEFT's per-row LoRA.
         """
         step = self.max_batch_size or ids.shape[0]
@@ -264,7 +264,7 @@ class HFRollout(Rollout):
         pad_id: int,
         kwargs: dict[str, Any],
     ) -> Tensor:
-        """Completions ``[B, T]`` from :func:`agon_lightning.decode.decode`, one adapter's rows at a time.
+        """Completions ``[B, T]`` from :func:`agon_lightning.rollout.decode_loop.decode`, one adapter's rows at a time.
 
         A mixed-adapter batch is split by adapter (each row's tokens are the same as in a batch of
         its own adapter's rows), and each part runs ``max_batch_size`` rows at a time.
