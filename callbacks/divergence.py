@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
+from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.policy import (
     activate,
     adapter_parameters,
@@ -65,12 +66,12 @@ def lora_factors(
     weights = weights or {}
     factors = {}
     for name, module in model.named_modules():
-        lora_a = getattr(module, "lora_A", None)
-        if isinstance(lora_a, nn.ModuleDict) and adapter in lora_a:
+        if peft.is_lora_layer(module) and peft.has_adapter(module, adapter):
+            part = peft.lora_part(module, adapter)
             factors[name] = (
-                weights.get(f"{name}.lora_A.{adapter}.weight", lora_a[adapter].weight),
-                weights.get(f"{name}.lora_B.{adapter}.weight", module.lora_B[adapter].weight),
-                float(module.scaling[adapter]),
+                weights.get(f"{name}.lora_A.{adapter}.weight", part.a.weight),
+                weights.get(f"{name}.lora_B.{adapter}.weight", part.b.weight),
+                float(part.scaling),
             )
     return factors
 

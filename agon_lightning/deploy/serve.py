@@ -42,6 +42,7 @@ except ImportError as err:  # an optional dependency: say how to get it
         f"agon serve needs FastAPI and uvicorn ({err}); install them: pip install 'agon-lightning[serve]'"
     ) from err
 
+from agon_lightning.adapters.peft_boundary import base_model
 from agon_lightning.deploy.bundle import bundle_parser
 from agon_lightning.deploy.cascade import BACKENDS, Cascade
 from agon_lightning.deploy.serve_api import (
@@ -74,7 +75,7 @@ class Server:
     ) -> None:
         self.cascade, self.backend, self.max_n = cascade, backend, max_n
         self.models, self.default = served_models(cascade)
-        config = cascade.policy.get_base_model().config
+        config = base_model(cascade.policy).config
         self.context = getattr(config, "max_position_embeddings", None)
         self.max_tokens = max_tokens or self.context
         self.runner = CascadeRunner(cascade, self.context)

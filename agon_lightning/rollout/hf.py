@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from agon_lightning.adapters.fast_lora import merged_for_sampling
+from agon_lightning.adapters.peft_boundary import base_model
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 from agon_lightning.rollout import decode_loop as decode
 
@@ -297,7 +298,7 @@ class HFRollout(Rollout):
         All but each prompt's last token are prefilled (``generate`` needs one uncached token),
         with the position ids ``generate`` itself gives a left-padded prompt.
         """
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = base_model(model)
         decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
         counts = prompt_groups(ids, attn) if ids.shape[1] > 1 else None
         if counts is None or decoder is None or not plain_cache(decoder):

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from agon_lightning.adapters.policy import BASE_ADAPTER, active_adapter
+from agon_lightning.adapters.peft_boundary import BASE_ADAPTER, active_adapter, base_model
 from agon_lightning.rollout.hf import (
     Rollout,
     RolloutBatch,
@@ -84,7 +84,7 @@ def lora_rank_bound(ranks: Sequence[int]) -> int:
 
 def base_model_path(model: Any) -> str:
     """Where ``model``'s base was loaded from (the directory or Hub id vLLM loads it from)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
     if not path:
         raise ValueError(
@@ -214,7 +214,7 @@ class VLLMRollout(Rollout):
     def _start(self, model: Any) -> None:
         vllm = import_vllm()
         path = base_model_path(model)
-        check_architecture(vllm, path, getattr(model.get_base_model().config, "architectures", None) or [])
+        check_architecture(vllm, path, getattr(base_model(model).config, "architectures", None) or [])
         if self.enable_sleep_mode and not torch.cuda.is_available():
             raise ValueError("enable_sleep_mode needs a CUDA GPU (vLLM sleeps only there); set it to false")
         if self.in_process:
