@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agon_lightning.config_files import PREFIX as SHIPPED_PREFIX  # agon:NAME, shipped in the package
 from agon_lightning.errors import UsageError
 
-SHIPPED_PREFIX = "agon:"  # a model shipped in the package (agon_lightning.adapters.policy.resolve_model_path)
 HUB_TIMEOUT_S = 10.0
 
 

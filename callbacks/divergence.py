@@ -32,13 +32,12 @@ from torch import Tensor, nn
 
 from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.policy import (
-    activate,
     adapter_parameters,
-    base_only,
     completion_hidden_states,
     generating,
     logit_head,
     output_weight,
+    using,
 )
 from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
@@ -223,11 +222,10 @@ class DivergenceMonitor(L.Callback):
         trainable = [p for n in names for p in adapter_parameters(policy, n)]
         args = (rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
         with generating(policy):
-            with base_only(policy, trainable):
-                hidden = {"base": completion_hidden_states(policy, *args)}
-            for name in names:
-                activate(policy, name, trainable)
-                hidden[name] = completion_hidden_states(policy, *args)
+            hidden = {}
+            for name in [None, *names]:
+                with using(policy, name, trainable):
+                    hidden[name or "base"] = completion_hidden_states(policy, *args)
         pairs = [(f"kl_{n}_base", n, "base") for n in names]
         if len(names) == 2:
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]

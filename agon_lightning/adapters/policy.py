@@ -32,10 +32,10 @@ from agon_lightning.adapters.shared_prompt import (
     shared_prefixes,
     shares_prompts,
 )
-from agon_lightning.strategies.gather import fsdp2_modules
+from agon_lightning.config_files import PREFIX as EMBEDDED_PREFIX  # agon:NAME, a shipped model
+from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
 from agon_lightning.training.grpo import LogitHead
 
-EMBEDDED_PREFIX = "agon:"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -145,7 +145,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
 
 def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
     """The LoRA parameters of adapter ``name``."""
-    params = [p for n, p in model.named_parameters() if f".{name}." in n and "lora_" in n]
+    params = [p for n, p in model.named_parameters() if of_adapter(n, name)]
     if not params:
         raise ValueError(f"adapter {name!r} has no parameters in this model")
     return params
@@ -169,6 +169,19 @@ def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> 
             yield
     finally:
         peft.restore_trainable(trainable)
+
+
+@contextlib.contextmanager
+def using(
+    model: nn.Module, adapter: str | None, trainable: list[nn.Parameter] | None = None
+) -> Iterator[None]:
+    """``adapter`` active inside (``None``: the exact base, :func:`base_only`), ``trainable`` kept trainable."""
+    if adapter is None:
+        with base_only(model, trainable):
+            yield
+    else:
+        activate(model, adapter, trainable or [])
+        yield
 
 
 class AdapterReplay:
@@ -325,10 +338,5 @@ def sample_with(
     the adapter is chosen: sharded strategies gather the whole model there, once per rollout
     (:func:`agon_lightning.strategies.gathered`).
     """
-    with generating(model):
-        if adapter is None:
-            with base_only(model, trainable), weights():
-                return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
-        activate(model, adapter, trainable or [])
-        with weights():
-            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+    with generating(model), using(model, adapter, trainable), weights():
+        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

@@ -32,8 +32,7 @@ from agon_lightning.deploy.bundle import (
     load_adapters,
     read_bundle,
 )
-
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's --max-lora-rank accepts
+from agon_lightning.rollout.vllm import lora_rank_bound
 
 
 def export_merged(
@@ -70,10 +69,7 @@ def export_lora(bundle: str | Path, out: str | Path) -> Path:
 
 def vllm_rank(rank: int) -> int:
     """The smallest ``--max-lora-rank`` vLLM accepts that holds an adapter of rank ``rank``."""
-    for allowed in VLLM_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
+    return lora_rank_bound([rank])
 
 
 def vllm_command(lora_dir: str | Path, base_model: str | None = None) -> str:

@@ -110,7 +110,13 @@ class Rollout(ABC):
     """Samples ``num_samples`` completions for each prompt with the model's active adapter."""
 
     max_new_tokens: int
+    # The sampling settings every backend takes (set through _keep_sampling); the trainer reads
+    # ``temperature`` to recompute the sampled tokens' log-probs at the temperature they had.
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
     reports_logprobs: bool = False  # True where RolloutBatch.logprobs holds the engine's sampling log-probs
+    keeps_own_weights: bool = False  # True where the engine holds its own base (only adapters are read)
 
     @abstractmethod
     def generate(

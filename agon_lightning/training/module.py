@@ -33,10 +33,8 @@ from torch import Tensor
 from agon_lightning.adapters.policy import (
     BASE_ADAPTER,
     LoraOptions,
-    activate,
     adapter_parameters,
     attach_adapters,
-    base_only,
     completion_hidden_states,
     enable_checkpointing,
     generating,
@@ -44,6 +42,7 @@ from agon_lightning.adapters.policy import (
     logit_head,
     output_weight,
     sample_with,
+    using,
 )
 from agon_lightning.adapters.shared_prompt import sample_groups
 from agon_lightning.pipeline import challenge_prompts, solve_batch
@@ -51,6 +50,7 @@ from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
 from agon_lightning.rollout.hf import HFRollout, Rollout, RolloutBatch
 from agon_lightning.strategies import check_strategy, gathered, local_grads
+from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.training.grpo import (
@@ -136,6 +136,7 @@ class RoleRollout:
     rewards: Tensor
     advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
     old_logp: Tensor | None = None
+    role: Literal["drafter", "challenger"] = "drafter"
 
     @property
     def correct(self) -> Tensor:
@@ -339,7 +340,7 @@ class AgonModule(L.LightningModule):
         A backend with its own copy of the base (vLLM) reads only the adapters, whole
         (:func:`~agon_lightning.strategies.full_tensors`).
         """
-        if getattr(self.rollout, "keeps_own_weights", False):
+        if self.rollout.keeps_own_weights:
             return contextlib.nullcontext()
         return gathered(self.policy)
 
@@ -375,7 +376,9 @@ class AgonModule(L.LightningModule):
         )
         rewards = self.reward(outcomes)
         record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
-        record.challenge = RoleRollout(challenger, challenges, challenge_verdicts, rewards.challenge)
+        record.challenge = RoleRollout(
+            challenger, challenges, challenge_verdicts, rewards.challenge, role="challenger"
+        )
         record.opponents = None if self.pairing == "per_rollout" else rows
         return record
 
@@ -388,18 +391,14 @@ class AgonModule(L.LightningModule):
         rb = rollouts.select(rows)
         groups = sample_groups(rows, len(rollouts), self.grpo.num_generations)
         args = (self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
-        if adapter is None:
-            with base_only(self.policy, self._trainable):
-                hidden = completion_hidden_states(*args)
-        else:
-            activate(self.policy, adapter, self._trainable)
+        with using(self.policy, adapter, self._trainable):
             hidden = completion_hidden_states(*args)
         return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids, self._temperature,
                               self.grpo.logprob_chunk_size, self._logit_head)  # fmt: skip
 
     @property
     def _temperature(self) -> float:
-        return float(getattr(self.rollout, "temperature", 1.0))
+        return float(self.rollout.temperature)
 
     def _loss_mask(self, rb: RolloutBatch) -> Tensor:
         mask = rb.completion_mask
@@ -490,14 +489,14 @@ class AgonModule(L.LightningModule):
     def _nonfinite(self, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
         """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
         bad = []
-        for i, role in enumerate(roles):
+        for i, role in enumerate(roles):  # i: the role's place in finite_loss
             # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
             grads = local_grads(self._adapter_params[role.adapter])
             # One device sync per adapter, not one per tensor.
             grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
             if not (finite_loss[i] and grads_ok):
                 what = "loss" if not finite_loss[i] else "gradient"
-                bad.append(f"{'drafter' if i == 0 else 'challenger'} ({role.adapter}, non-finite {what})")
+                bad.append(f"{role.role} ({role.adapter}, non-finite {what})")
         return bad
 
     def _skip(self, bad: list[str]) -> None:
@@ -594,7 +593,7 @@ class AgonModule(L.LightningModule):
     # ------------------------------------------------------------------ checkpoints
     def adapter_state_keys(self, keys: Any) -> dict[str, list[str]]:
         """The state-dict keys among ``keys`` that hold each adapter's weights, by adapter name."""
-        return {name: [k for k in keys if "lora_" in k and f".{name}." in k] for name in self.adapter_names}
+        return {name: [k for k in keys if of_adapter(k, name)] for name in self.adapter_names}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Keep only the adapters, chosen by name: the base is frozen and reloads from model_name_or_path.
