@@ -14,17 +14,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from agon_lightning import moved
+
+moved.install()  # old module paths (agon_lightning.cascade, ...) load the moved modules
+
 # public name → the module that defines it. The built-in components (ExactMatchVerifier,
 # HFRollout, ...) stay in their modules: LightningCLI prints a class chosen by its bare name
 # (``--model.verifier=ExactMatchVerifier``) under the shortest path that imports it, and their
 # full paths are what configs, bundles and docs say.
 _EXPORTS: dict[str, str] = {
     # the game and the deployed pair
-    "AgonModule": "agon_lightning.module",
-    "GRPOOptions": "agon_lightning.module",
-    "LoraOptions": "agon_lightning.policy",
+    "AgonModule": "agon_lightning.training.module",
+    "GRPOOptions": "agon_lightning.training.module",
+    "LoraOptions": "agon_lightning.adapters.policy",
     "Prompts": "agon_lightning.prompts",
-    "Cascade": "agon_lightning.cascade",
+    "Cascade": "agon_lightning.deploy.cascade",
     "CascadeResult": "agon_lightning.pipeline",
     "CascadeSample": "agon_lightning.pipeline",
     # the data that flows between components
@@ -35,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "Summarizer": "agon_lightning.summarizers.base",
     "Reward": "agon_lightning.rewards",
     "RoleRewards": "agon_lightning.rewards",
-    "Rollout": "agon_lightning.rollout",
-    "RolloutBatch": "agon_lightning.rollout",
+    "Rollout": "agon_lightning.rollout.hf",
+    "RolloutBatch": "agon_lightning.rollout.hf",
     # data modules
     "ProblemDataModule": "agon_lightning.data.base",
     "ReasoningGymDataModule": "agon_lightning.data.reasoning_gym",

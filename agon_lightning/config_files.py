@@ -17,7 +17,7 @@ from pathlib import Path
 
 from agon_lightning.errors import CommandParser, UsageError
 
-PREFIX = "agon:"
+PREFIX = "agon:"  # a config, or a model (agon_lightning.adapters.policy.resolve_model_path), shipped in the package
 CONFIG_OPTIONS = ("-c", "--config")
 LOCAL_DIR = Path("configs")
 

@@ -13,11 +13,12 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.cli import COMMANDS
 from agon_lightning.cli_base import BaseCLI, compact_usage
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.errors import UsageError
-from agon_lightning.module import AgonModule
+from agon_lightning.training.module import AgonModule
 
 
 def default_loggers(save_dir: str) -> list[Any]:
@@ -63,21 +64,32 @@ class AgonCLI(BaseCLI):
         """``--ckpt_path last`` with nothing to resume is an error, not a silent fresh start."""
         if self.config[self.subcommand].get("ckpt_path") != "last":
             return
-        callbacks = [cb for cb in self.trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)]
-        if not callbacks:
+        ours = [cb for cb in self.trainer.checkpoint_callbacks if isinstance(cb, AgonCheckpoint)]
+        lightnings = [cb for cb in self.trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)]
+        if not (ours or lightnings):
             raise UsageError(
                 "--ckpt_path last: no checkpoint callback is configured, so there is no last checkpoint "
                 "(agon_lightning.callbacks.AgonCheckpoint writes one)"
             )
-        found = [p for cb in callbacks for p in cb._find_last_checkpoints(self.trainer) if os.path.exists(p)]
+        found = [p for cb in ours if (p := cb.last_checkpoint(self.trainer))]
+        found += [p for cb in lightnings if cb.dirpath and os.path.exists(p := last_of(cb))]
         if not found:
-            searched = ", ".join(sorted({str(cb.dirpath) for cb in callbacks if cb.dirpath}))
+            searched = [cb.directory(self.trainer) for cb in ours] + [
+                str(cb.dirpath) for cb in lightnings if cb.dirpath
+            ]
             raise UsageError(
-                f"--ckpt_path last: no last checkpoint to resume in {searched or 'the logger directory'}; "
+                f"--ckpt_path last: no last checkpoint to resume in {', '.join(sorted(set(searched))) or 'the logger directory'}; "
                 "drop --ckpt_path to start from scratch, or give --trainer.default_root_dir of the run"
             )
+        if ours:  # Lightning resolves "last" for its own ModelCheckpoint only: name the file
+            self.config_init[self.subcommand]["ckpt_path"] = max(found, key=os.path.getmtime)
 
     before_fit = before_validate = before_test = before_predict = require_last_checkpoint
+
+
+def last_of(callback: ModelCheckpoint) -> str:
+    """Where a Lightning ``ModelCheckpoint`` writes ``last`` (its public name and extension)."""
+    return os.path.join(str(callback.dirpath), callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION)
 
 
 def lightning_main(argv: list[str]) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agon_lightning.config_files import PREFIX as SHIPPED_PREFIX  # agon:NAME, shipped in the package
 from agon_lightning.errors import UsageError
 
-SHIPPED_PREFIX = "agon:"  # a model shipped in the package (agon_lightning.policy.resolve_model_path)
 HUB_TIMEOUT_S = 10.0
 
 
@@ -35,7 +35,7 @@ def check_model_source(name: str, option: str) -> None:
             model; a Hub id that is neither cached nor reachable (offline, no such model).
     """
     if name.startswith(SHIPPED_PREFIX):
-        from agon_lightning.policy import resolve_model_path
+        from agon_lightning.adapters.policy import resolve_model_path
 
         try:
             resolve_model_path(name)

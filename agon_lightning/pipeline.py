@@ -1,9 +1,9 @@
 """The two stages of the game, for any player: draft, summarise, answer after reading.
 
 One implementation serves training (the challenger's prompts), validation (the cascades'
-pass@1) and deployment (:class:`~agon_lightning.cascade.Cascade`, ``agon predict``):
+pass@1) and deployment (:class:`~agon_lightning.deploy.cascade.Cascade`, ``agon predict``):
 :func:`solve_batch` drives any *player* — the deployed pair, or the
-:class:`~agon_lightning.module.AgonModule` itself — through the same calls (``draft_prompt``,
+:class:`~agon_lightning.training.module.AgonModule` itself — through the same calls (``draft_prompt``,
 ``sample``, ``summarize``, ``challenge_prompt``, ``sample``). With greedy decoding a bundle
 therefore reproduces the ``val/cascade_*`` pass@1 logged when it was saved.
 
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout import RolloutBatch
+from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.text import extract_answer
 from agon_lightning.types import Problem, Verdict

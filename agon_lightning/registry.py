@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 
 from agon_lightning.formats import FormatCheck
 from agon_lightning.rewards import Reward
-from agon_lightning.rollout import Rollout
+from agon_lightning.rollout.hf import Rollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.verifiers.base import Verifier
 
@@ -76,7 +76,7 @@ def resolve_component_names(argv: list[str]) -> list[str]:
     """``argv`` with each component option given an entry-point name rewritten to its class path.
 
     ``--model.rollout=vllm`` (or ``--model.rollout vllm``, or ``--model.rollout.class_path=vllm``)
-    becomes ``--model.rollout=agon_lightning.vllm_rollout.VLLMRollout``. Class names and class
+    becomes ``--model.rollout=agon_lightning.rollout.vllm.VLLMRollout``. Class names and class
     paths pass through unchanged, as does every other argument.
     """
     resolved = list(argv)

@@ -47,10 +47,10 @@ MODULE = "benchmarks.bench_levers"
 
 def build(work: Workload, game: str) -> Any:
     """An ``AgonModule`` whose ``_update`` runs without a Trainer (plain backward, clipping, step)."""
-    from agon_lightning.module import AgonModule, GRPOOptions
-    from agon_lightning.policy import LoraOptions
+    from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
+    from agon_lightning.training.module import AgonModule, GRPOOptions
     from agon_lightning.verifiers.exact import ExactMatchVerifier
 
     torch.manual_seed(work.seed)
@@ -78,9 +78,10 @@ def build(work: Workload, game: str) -> Any:
 
 def levers(module: Any) -> dict[str, tuple[Callable[[bool], contextlib.AbstractContextManager], str]]:
     """Lever name → (context that sets it off or on, the part it touches)."""
-    from agon_lightning import decode, fast_lora
-    from agon_lightning import policy as policy_module
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.adapters import fast_lora
+    from agon_lightning.adapters import policy as policy_module
+    from agon_lightning.rollout import decode_loop as decode
+    from agon_lightning.rollout.hf import HFRollout
 
     @contextlib.contextmanager
     def attribute(owner: Any, name: str, value: Any, on: bool) -> Iterator[None]:
@@ -145,7 +146,7 @@ def _never(model: Any) -> Iterator[bool]:
 
 def step_parts(module: Any, problems: list[Any], n: int) -> tuple[float, float]:
     """CPU seconds of one ``_play`` and one ``_update``."""
-    from agon_lightning.grpo import group_advantages
+    from agon_lightning.training.grpo import group_advantages
 
     start = time.process_time()
     record = module._play(problems)

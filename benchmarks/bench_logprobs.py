@@ -39,7 +39,7 @@ def naive_logprobs(
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    from agon_lightning.grpo import token_logprobs
+    from agon_lightning.training.grpo import token_logprobs
 
     torch.manual_seed(0)
     batch, length, vocab, hidden_size = config["batch"], config["length"], config["vocab"], config["hidden"]

@@ -48,9 +48,9 @@ def validation_drafts(model_dir: Path, work: Workload, problems: int, repeats: i
     """Greedy drafts of base, alpha and beta: one ``generate`` per policy against one mixed call."""
     import time
 
-    from agon_lightning.module import AgonModule
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
+    from agon_lightning.training.module import AgonModule
 
     module = AgonModule(
         model_name_or_path=str(model_dir), rollout=HFRollout(max_new_tokens=work.max_new_tokens),

@@ -33,10 +33,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
     from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-    from agon_lightning.module import AgonModule
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
+    from agon_lightning.rollout.vllm import VLLMRollout
+    from agon_lightning.training.module import AgonModule
     from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
-    from agon_lightning.vllm_rollout import VLLMRollout
 
     steps, backend = config["steps"], config["backend"]
     reuse_freed_memory()

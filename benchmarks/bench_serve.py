@@ -36,11 +36,11 @@ def make_bundle(path: Path, max_new_tokens: int = 40) -> Path:
     """A bundle of the shipped tiny Qwen3 with fresh adapters (``beta`` Gaussian) and the default prompts."""
     import torch
 
-    from agon_lightning.bundle import save_bundle
-    from agon_lightning.module import AgonModule
-    from agon_lightning.policy import LoraOptions
+    from agon_lightning.adapters.policy import LoraOptions
+    from agon_lightning.deploy.bundle import save_bundle
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
+    from agon_lightning.training.module import AgonModule
 
     torch.manual_seed(0)
     module = AgonModule(

@@ -114,9 +114,9 @@ def worker(
         deepspeed.init_distributed("gloo")
     else:
         dist.init_process_group("gloo", rank=rank, world_size=2)
-    from agon_lightning.policy import LoraOptions, attach_adapters, load_base, sample_with
+    from agon_lightning.adapters.policy import LoraOptions, attach_adapters, load_base, sample_with
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.strategies import gathered
 
     base, tokenizer = load_base(model_dir)

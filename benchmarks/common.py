@@ -150,13 +150,13 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
     """
     import lightning as L
 
+    from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.base import ProblemDataModule
-    from agon_lightning.module import AgonModule, GRPOOptions
-    from agon_lightning.policy import LoraOptions
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.summarizers.basic import HiddenSummarizer, StripTraceSummarizer
+    from agon_lightning.training.module import AgonModule, GRPOOptions
     from agon_lightning.verifiers.exact import ExactMatchVerifier
 
     if summarizer not in SUMMARIZERS:
@@ -220,7 +220,7 @@ class StepTimer:
         """Count the CPU time spent sampling: Transformers' ``generate`` (TRL, and our fallback) and our decode loop."""
         from transformers import GenerationMixin
 
-        from agon_lightning import decode
+        from agon_lightning.rollout import decode_loop as decode
 
         timer = self
 

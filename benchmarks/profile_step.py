@@ -24,12 +24,12 @@ def profile(work: Workload, game: str, rows: int) -> str:
     """One warm-up step, then one profiled step of ``AgonModule``; the profiler's tables as text."""
     import lightning as L
 
+    from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.base import ProblemDataModule
-    from agon_lightning.module import AgonModule, GRPOOptions
-    from agon_lightning.policy import LoraOptions
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
+    from agon_lightning.training.module import AgonModule, GRPOOptions
     from agon_lightning.verifiers.exact import ExactMatchVerifier
     from benchmarks.common import LEARNING_RATE, LORA_TARGETS
 

@@ -10,13 +10,24 @@ previous checkpoint as it was:
   its epoch (:class:`~agon_lightning.data.base.ResumableDataLoader`) and every process's
   torch, CUDA, numpy and Python RNG states;
 * ``NAME/``, the adapter bundle: ``alpha/`` and ``beta/`` in PEFT's layout plus ``agon.json``
-  (:func:`agon_lightning.bundle.save_bundle`).
+  (:func:`agon_lightning.deploy.bundle.save_bundle`).
 
 ``last`` is rewritten every ``every_n_train_steps``; ``best-step=S`` follows ``monitor`` and
-is updated after validation. This is Lightning's ``ModelCheckpoint`` with those two
-triggers, so its conventions hold: ``agon fit --ckpt_path last`` resumes, ``ckpt_path="best"``
-picks the best. The directory defaults to ``<default_root_dir>/checkpoints`` rather than the
-logger's versioned folder, so a restarted process finds ``last`` again.
+is updated after validation. ``agon fit --ckpt_path last`` resumes (the CLI finds ``last``
+through :meth:`AgonCheckpoint.last_checkpoint`; from Python, pass that path as ``ckpt_path``),
+and ``ckpt_path="best"`` picks the best. The directory defaults to
+``<default_root_dir>/checkpoints`` rather than the logger's versioned folder, so a restarted
+process finds ``last`` again.
+
+Why a callback of our own rather than a ``ModelCheckpoint`` subclass: the two triggers, the
+atomic write and the bundle beside each checkpoint are exactly the parts ``ModelCheckpoint``
+keeps in private methods (``_save_checkpoint``, ``_save_topk_checkpoint``, ...), so a
+subclass had to override and call them, and any Lightning release may change them. What is
+needed fits in this module on Lightning's public API: the ``Checkpoint`` base class (so
+``trainer.checkpoint_callbacks`` and ``ckpt_path="best"`` see it), its public hooks,
+``trainer.save_checkpoint`` and ``trainer.strategy.remove_checkpoint``. The saved callback
+state keeps ``ModelCheckpoint``'s key and fields, so checkpoints written before still resume
+with their best-checkpoint record.
 
 RNG states are put back right before the first batch after resuming, not when the
 checkpoint is loaded: set-up (building the adapters, starting data iterators) draws from the
@@ -31,8 +42,10 @@ save is lost and ``--ckpt_path last`` continues exactly.
 
 from __future__ import annotations
 
+import math
 import os
 import random
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -42,10 +55,10 @@ from weakref import proxy
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from agon_lightning.bundle import atomic_directory, save_bundle
+from agon_lightning.deploy.bundle import atomic_directory, save_bundle
 from agon_lightning.strategies import full_tensors
 
 from .interrupt import Interrupted, StopSignals
@@ -88,7 +101,7 @@ def publish(partial: str | Path, target: str | Path) -> None:
     """Move a finished checkpoint onto ``target`` in one rename.
 
     A file is renamed directly; a directory (sharded strategies write one) is swapped in
-    through :func:`~agon_lightning.bundle.atomic_directory`.
+    through :func:`~agon_lightning.deploy.bundle.atomic_directory`.
     """
     partial, target = Path(partial), Path(target)
     if partial.is_dir():
@@ -97,12 +110,28 @@ def publish(partial: str | Path, target: str | Path) -> None:
         os.replace(partial, target)
 
 
-class AgonCheckpoint(ModelCheckpoint):
+def checkpoint_name(pattern: str, metrics: dict[str, Any]) -> str:
+    """``pattern`` with each ``{name}`` or ``{name:fmt}`` written as ``name=value`` (``ModelCheckpoint``'s names).
+
+    A metric the pattern names but ``metrics`` lacks is written as 0, as Lightning does.
+    """
+
+    def value(match: re.Match[str]) -> str:
+        name, fmt = match.group(1), match.group(2) or ""
+        found = metrics.get(name, 0)
+        found = found.item() if isinstance(found, torch.Tensor) else found
+        return f"{name}={format(found, fmt)}"
+
+    return re.sub(r"\{([^{}:]+)(?::([^{}]*))?\}", value, pattern)
+
+
+class AgonCheckpoint(Checkpoint):
     """``last`` every k steps and ``best`` by a validation metric; resume state plus adapter bundle.
 
     Args:
         dirpath: Checkpoint directory (default ``<trainer.default_root_dir>/checkpoints``).
-        filename: Name pattern of the best checkpoints (Lightning's ``ModelCheckpoint`` syntax).
+        filename: Name pattern of the best checkpoints (``{step}`` becomes ``step=S``, as in
+            Lightning's ``ModelCheckpoint``).
         monitor: Validation metric that picks the best checkpoint; ``None`` keeps the
             ``save_top_k`` most recent periodic checkpoints instead.
         mode: ``max`` or ``min`` for ``monitor``.
@@ -121,7 +150,17 @@ class AgonCheckpoint(ModelCheckpoint):
             collective whose peer died, or a step longer than that) prints its stacks and exits
             without saving; ``None``: wait for the step however long it takes.
         verbose: Log each save.
+
+    Attributes:
+        best_model_path: The best checkpoint so far (``""`` before one).
+        best_model_score: Its ``monitor`` value.
+        best_k_models: ``{path: score}`` of the kept best checkpoints.
+        last_model_path: The last ``last`` written.
+        last_saved_step: The global step of the latest save (``-1`` before one).
     """
+
+    LAST_NAME = "last"
+    FILE_EXTENSION = ".ckpt"
 
     def __init__(
         self,
@@ -144,26 +183,53 @@ class AgonCheckpoint(ModelCheckpoint):
             raise ValueError(f"drafter must be 'deployed', 'auto', 'alpha' or 'beta', got {drafter!r}")
         if stop_timeout_s is not None and stop_timeout_s <= 0:
             raise ValueError(f"stop_timeout_s must be > 0 or null, got {stop_timeout_s}")
-        super().__init__(
-            dirpath=dirpath, filename=filename, monitor=monitor, mode=mode, save_top_k=save_top_k,
-            save_last=save_last, every_n_train_steps=every_n_train_steps, verbose=verbose,
-        )  # fmt: skip
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        if save_top_k < -1:
+            raise ValueError(f"save_top_k must be >= -1, got {save_top_k}")
+        self.dirpath = os.path.realpath(os.path.expanduser(dirpath)) if dirpath else None
+        self.filename = filename
+        self.monitor = monitor
+        self.mode = mode
+        self.every_n_train_steps = every_n_train_steps
+        self.save_top_k = save_top_k
+        self.save_last = save_last
         self.bundles = bundles
         self.drafter = drafter
         self.save_on_interrupt = save_on_interrupt
         self.stop_timeout_s = stop_timeout_s
+        self.verbose = verbose
+        self.save_weights_only = False
+        self.best_model_path = ""
+        self.best_model_score: torch.Tensor | None = None
+        self.best_k_models: dict[str, torch.Tensor] = {}
+        self.last_model_path = ""
+        self.last_saved_step = -1
         self._rng_to_restore: dict[str, Any] | None = None
         self._signals = StopSignals()
         self._stop_pending = False
 
+    @property
+    def state_key(self) -> str:
+        # ModelCheckpoint's key for the same triggers: checkpoints written before resume their record.
+        triggers = {
+            "monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self.every_n_train_steps,
+            "every_n_epochs": 0, "train_time_interval": None,
+        }  # fmt: skip
+        return f"{type(self).__qualname__}{triggers!r}"
+
     # ------------------------------------------------------------------ where
-    def _use_stable_dirpath(self, trainer: L.Trainer) -> None:
-        if self.dirpath is None:
-            self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
+    def directory(self, trainer: L.Trainer) -> str:
+        """The checkpoint directory: ``dirpath``, else ``<trainer.default_root_dir>/checkpoints``."""
+        return self.dirpath or os.path.join(trainer.default_root_dir, "checkpoints")
+
+    def last_checkpoint(self, trainer: L.Trainer) -> str | None:
+        """The ``last`` checkpoint a run with this trainer writes, if it exists (what ``--ckpt_path last`` resumes)."""
+        path = os.path.join(self.directory(trainer), self.LAST_NAME + self.FILE_EXTENSION)
+        return path if os.path.exists(path) else None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._use_stable_dirpath(trainer)
-        super().setup(trainer, pl_module, stage)
+        self.dirpath = trainer.strategy.broadcast(self.directory(trainer))
         if trainer.is_global_zero and os.path.isdir(self.dirpath):
             # Leftovers of saves that were killed: ours, and save_bundle's staging directories.
             for pattern in (f".*{PARTIAL_SUFFIX}", ".*.tmp-*", ".*.old-*"):
@@ -173,21 +239,23 @@ class AgonCheckpoint(ModelCheckpoint):
                     else:
                         leftover.unlink()
 
-    def _find_last_checkpoints(self, trainer: L.Trainer) -> set[str]:
-        self._use_stable_dirpath(trainer)  # runs before setup() when resolving --ckpt_path last
-        return super()._find_last_checkpoints(trainer)
-
     # ------------------------------------------------------------------ when
+    def _skips(self, trainer: L.Trainer) -> bool:
+        """No save outside fitting, in a sanity check or a fast dev run, or twice for one step."""
+        return bool(
+            trainer.fast_dev_run
+            or trainer.state.fn != "fit"
+            or trainer.sanity_checking
+            or self.last_saved_step == trainer.global_step
+        )
+
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not (
-            trainer.global_step % self._every_n_train_steps or self._should_skip_saving_checkpoint(trainer)
-        ):
-            candidates = self._monitor_candidates(trainer)
+        if not (trainer.global_step % self.every_n_train_steps or self._skips(trainer)):
             if self.monitor is None:
-                self._save_topk_checkpoint(trainer, candidates)
-            self._save_last_checkpoint(trainer, candidates)
+                self._save_recent(trainer)
+            self._save_last(trainer)
         if self._interrupt_requested(trainer):
             # Saved now; the stop waits for the validation due after this batch, if any
             # (resuming skips it), or else happens as the next batch starts.
@@ -200,26 +268,91 @@ class AgonCheckpoint(ModelCheckpoint):
         # ``last`` written just before this validation is rewritten after it. Lightning skips,
         # on resume, a validation that was due right after the checkpointed batch, so the
         # saved state has to include it (its metrics, the best score, the evaluator history).
-        refresh_last = self.save_last and self._last_global_step_saved == trainer.global_step
-        candidates = self._monitor_candidates(trainer)
+        refresh_last = self.save_last and self.last_saved_step == trainer.global_step
         if self.monitor is not None:
-            self._save_topk_checkpoint(trainer, candidates)
+            self._save_best(trainer)
         if refresh_last:
-            self._save_last_checkpoint(trainer, candidates)
+            self._save_last(trainer)
         if self._stop_pending or self._interrupt_requested(trainer):
             self._save_last_if_behind(trainer)
             self._stop(trainer)
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Nothing: saves follow steps and validations, not epochs."""
-
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The final state is always resumable and deployable, whatever k is.
-        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self.save_last and not self._skips(trainer):
+            self._save_last(trainer)
         if self._stop_pending or self._interrupt_requested(trainer):
             self._stop(trainer)  # before the module's final evaluation; a resumed run does it
         self._signals.restore()
+
+    # ------------------------------------------------------------------ which
+    def _metrics(self, trainer: L.Trainer) -> dict[str, Any]:
+        return {**trainer.callback_metrics, "step": trainer.global_step, "epoch": trainer.current_epoch}
+
+    def _path(self, trainer: L.Trainer, name: str) -> str:
+        return os.path.join(self.directory(trainer), name + self.FILE_EXTENSION)
+
+    def _save_last(self, trainer: L.Trainer) -> None:
+        if self.save_last:
+            self.last_model_path = self._path(trainer, self.LAST_NAME)
+            self.save(trainer, self.last_model_path)
+
+    def _save_last_if_behind(self, trainer: L.Trainer) -> None:
+        if self.last_saved_step != trainer.global_step:
+            self._save_last(trainer)
+
+    def _save_recent(self, trainer: L.Trainer) -> None:
+        """Without ``monitor``: the ``save_top_k`` most recent periodic checkpoints (``-1``: all)."""
+        if self.save_top_k == 0:
+            return
+        path = self._path(trainer, checkpoint_name(self.filename, self._metrics(trainer)))
+        self.save(trainer, path)
+        self.best_k_models[path] = torch.tensor(trainer.global_step)
+        self.best_model_path = path
+        while 0 < self.save_top_k < len(self.best_k_models):
+            oldest = next(iter(self.best_k_models))
+            del self.best_k_models[oldest]
+            if oldest != path:
+                self.remove(trainer, oldest)
+
+    def _save_best(self, trainer: L.Trainer) -> None:
+        """With ``monitor``: keep this checkpoint if it is among the ``save_top_k`` best."""
+        if self.save_top_k == 0:
+            return
+        metrics = self._metrics(trainer)
+        if self.monitor not in metrics:
+            rank_zero_warn(
+                f"AgonCheckpoint(monitor={self.monitor!r}) found no such metric after validation; logged: "
+                f"{sorted(k for k in metrics if isinstance(k, str))}"
+            )
+            return
+        worst = -math.inf if self.mode == "max" else math.inf
+        score = torch.as_tensor(metrics[self.monitor]).detach().float().cpu()
+        score = torch.tensor(worst) if torch.isnan(score) else score
+
+        def better(a: torch.Tensor, b: torch.Tensor) -> bool:
+            return bool(a > b) if self.mode == "max" else bool(a < b)
+
+        full = 0 < self.save_top_k <= len(self.best_k_models)
+        kth = min(
+            self.best_k_models,
+            key=lambda p: self.best_k_models[p] * (1 if self.mode == "max" else -1),
+            default=None,
+        )
+        if full and not better(score, self.best_k_models[kth]):
+            return
+        path = self._path(trainer, checkpoint_name(self.filename, metrics))
+        self.save(trainer, path)
+        self.best_k_models[path] = score
+        if full and kth != path:
+            del self.best_k_models[kth]
+            self.remove(trainer, kth)
+        self.best_model_path = max(
+            self.best_k_models, key=lambda p: self.best_k_models[p] * (1 if self.mode == "max" else -1)
+        )
+        self.best_model_score = self.best_k_models[self.best_model_path]
+        if self.verbose:
+            rank_zero_info(f"step {trainer.global_step}: {self.monitor}={float(score):.4f}, saved {path}")
 
     # ------------------------------------------------------------------ interrupts
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -235,10 +368,6 @@ class AgonCheckpoint(ModelCheckpoint):
             return False
         return trainer.strategy.reduce_boolean_decision(self._signals.received is not None, all=False)
 
-    def _save_last_if_behind(self, trainer: L.Trainer) -> None:
-        if self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-
     def _stop(self, trainer: L.Trainer) -> None:
         signum = self._signals.received or signal.SIGTERM  # SIGTERM: another process got the signal
         self._signals.restore()
@@ -252,13 +381,13 @@ class AgonCheckpoint(ModelCheckpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self._signals.restore()
-        super().on_exception(trainer, pl_module, exception)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._signals.restore()
 
     # ------------------------------------------------------------------ how
-    def _drafter_for_bundle(self, trainer: L.Trainer) -> str:
+    def drafter_for_bundle(self, trainer: L.Trainer) -> str:
+        """The adapter that drafts in the bundle written now (see ``drafter``)."""
         if self.drafter == "deployed":
             return trainer.lightning_module.evaluator.deployed_drafter
         if self.drafter != "auto":
@@ -267,7 +396,11 @@ class AgonCheckpoint(ModelCheckpoint):
         ba = trainer.callback_metrics.get("val/cascade_ba/pass@1")
         return "beta" if ab is not None and ba is not None and float(ba) > float(ab) else "alpha"
 
-    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+    def save(self, trainer: L.Trainer, filepath: str) -> None:
+        """Write the resume state to ``filepath`` atomically, and the adapter bundle beside it.
+
+        Every process calls this (the state and the adapters are gathered); rank zero writes.
+        """
         partial = os.path.join(os.path.dirname(filepath), f".{os.path.basename(filepath)}{PARTIAL_SUFFIX}")
         trainer.save_checkpoint(partial, self.save_weights_only)
         module = trainer.lightning_module
@@ -276,18 +409,42 @@ class AgonCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero:
             publish(partial, filepath)
             if adapters is not None:
-                save_bundle(module, bundle_dir(filepath), self._drafter_for_bundle(trainer), adapters)
-        trainer.strategy.barrier("AgonCheckpoint._save_checkpoint")
-        self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = filepath
+                save_bundle(module, bundle_dir(filepath), self.drafter_for_bundle(trainer), adapters)
+        trainer.strategy.barrier("AgonCheckpoint.save")
+        self.last_saved_step = trainer.global_step
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.after_save_checkpoint(proxy(self))
 
-    def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        super()._remove_checkpoint(trainer, filepath)
+    def remove(self, trainer: L.Trainer, filepath: str) -> None:
+        """Delete a checkpoint that is no longer kept, and its bundle."""
+        trainer.strategy.remove_checkpoint(filepath)
         if trainer.is_global_zero:
             shutil.rmtree(bundle_dir(filepath), ignore_errors=True)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The best-checkpoint record, in ``ModelCheckpoint``'s fields."""
+        return {
+            "monitor": self.monitor,
+            "best_model_score": self.best_model_score,
+            "best_model_path": self.best_model_path,
+            "dirpath": self.dirpath,
+            "best_k_models": self.best_k_models,
+            "last_model_path": self.last_model_path,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("dirpath", self.dirpath) == self.dirpath:
+            self.best_model_score = state_dict.get("best_model_score")
+            self.best_k_models = dict(state_dict.get("best_k_models", {}))
+            self.last_model_path = state_dict.get("last_model_path", "")
+        else:
+            rank_zero_warn(
+                f"the checkpoint directory changed from {state_dict.get('dirpath')!r} to {self.dirpath!r}: "
+                "only best_model_path is carried over"
+            )
+        self.best_model_path = state_dict.get("best_model_path", "")
 
     # ------------------------------------------------------------------ RNG
     def on_save_checkpoint(

@@ -30,19 +30,19 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from agon_lightning.grpo import LogitHead
-from agon_lightning.policy import (
-    activate,
+from agon_lightning.adapters import peft_boundary as peft
+from agon_lightning.adapters.policy import (
     adapter_parameters,
-    base_only,
     completion_hidden_states,
     generating,
     logit_head,
     output_weight,
+    using,
 )
-from agon_lightning.rollout import RolloutBatch
+from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
+from agon_lightning.training.grpo import LogitHead
 from agon_lightning.types import Verdict
 
 from .run_files import log_step_metrics
@@ -65,12 +65,12 @@ def lora_factors(
     weights = weights or {}
     factors = {}
     for name, module in model.named_modules():
-        lora_a = getattr(module, "lora_A", None)
-        if isinstance(lora_a, nn.ModuleDict) and adapter in lora_a:
+        if peft.is_lora_layer(module) and peft.has_adapter(module, adapter):
+            part = peft.lora_part(module, adapter)
             factors[name] = (
-                weights.get(f"{name}.lora_A.{adapter}.weight", lora_a[adapter].weight),
-                weights.get(f"{name}.lora_B.{adapter}.weight", module.lora_B[adapter].weight),
-                float(module.scaling[adapter]),
+                weights.get(f"{name}.lora_A.{adapter}.weight", part.a.weight),
+                weights.get(f"{name}.lora_B.{adapter}.weight", part.b.weight),
+                float(part.scaling),
             )
     return factors
 
@@ -222,11 +222,10 @@ class DivergenceMonitor(L.Callback):
         trainable = [p for n in names for p in adapter_parameters(policy, n)]
         args = (rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask)
         with generating(policy):
-            with base_only(policy, trainable):
-                hidden = {"base": completion_hidden_states(policy, *args)}
-            for name in names:
-                activate(policy, name, trainable)
-                hidden[name] = completion_hidden_states(policy, *args)
+            hidden = {}
+            for name in [None, *names]:
+                with using(policy, name, trainable):
+                    hidden[name or "base"] = completion_hidden_states(policy, *args)
         pairs = [(f"kl_{n}_base", n, "base") for n in names]
         if len(names) == 2:
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]

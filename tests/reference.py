@@ -2,7 +2,7 @@
 
 Everything the trainer does to be fast or small is left out: one role at a time with that
 adapter alone active (PEFT's own ``set_adapter``), PEFT's own LoRA forward (not the fused
-one of ``agon_lightning.fast_lora``), every row's prompt run for itself (no shared prompt
+one of ``agon_lightning.adapters.fast_lora``), every row's prompt run for itself (no shared prompt
 forward), no activation checkpointing, no micro-batching, the model's full logits and
 ``log_softmax``, the frozen reference through a
 separate no-grad pass, and gradients taken with ``torch.autograd.grad`` with respect to the
@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agon_lightning import fast_lora
-from agon_lightning.grpo import LossNormalizer, clipped_policy_loss
-from agon_lightning.module import GRPOOptions
-from agon_lightning.rollout import RolloutBatch
+from agon_lightning.adapters import fast_lora
+from agon_lightning.rollout.hf import RolloutBatch
+from agon_lightning.training.grpo import LossNormalizer, clipped_policy_loss
+from agon_lightning.training.module import GRPOOptions
 
 
 @dataclass

@@ -12,7 +12,7 @@ import zlib
 
 import torch
 
-from agon_lightning.rollout import Rollout, RolloutBatch, completion_mask
+from agon_lightning.rollout.hf import Rollout, RolloutBatch, completion_mask
 
 
 def scripted_text(prompt: str, sample: int) -> tuple[str, bool]:

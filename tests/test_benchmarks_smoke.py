@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agon_lightning.grpo import token_logprobs
+from agon_lightning.training.grpo import token_logprobs
 
 # benchmarks/ lives in the checkout, not in the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,10 +62,10 @@ def test_two_grpo_steps_generate_the_forced_length(tmp_path):
 
 
 def test_mixed_adapter_sampling_matches_one_call_per_adapter(tmp_path):
-    from agon_lightning.module import AgonModule
-    from agon_lightning.policy import LoraOptions
+    from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.rollout.hf import HFRollout
+    from agon_lightning.training.module import AgonModule
 
     work = Workload(max_new_tokens=6, hidden_size=32, num_layers=1)
     module = AgonModule(
@@ -83,9 +83,10 @@ def test_mixed_adapter_sampling_matches_one_call_per_adapter(tmp_path):
 
 
 def test_every_lever_switches_off_and_back_on():
-    from agon_lightning import decode, fast_lora
-    from agon_lightning import policy as policy_module
-    from agon_lightning.rollout import HFRollout
+    from agon_lightning.adapters import fast_lora
+    from agon_lightning.adapters import policy as policy_module
+    from agon_lightning.rollout import decode_loop as decode
+    from agon_lightning.rollout.hf import HFRollout
     from benchmarks.bench_levers import build, levers, step_parts
     from benchmarks.common import make_problems
 

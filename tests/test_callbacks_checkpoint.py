@@ -17,13 +17,13 @@ from agon_lightning.callbacks.interrupt import StopSignals
 from lightning.pytorch.loggers import CSVLogger
 from test_resume import EvenLengthVerifier
 
-from agon_lightning.bundle import read_bundle
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.base import EpochShuffleSampler, ResumableDataLoader
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import LoraOptions
-from agon_lightning.rollout import HFRollout
-from agon_lightning.validation import CascadeEvaluator
+from agon_lightning.deploy.bundle import read_bundle
+from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.training.module import AgonModule, GRPOOptions
+from agon_lightning.training.validation import CascadeEvaluator
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,7 +145,11 @@ def test_bundle_adapters_load_with_plain_peft(fitted, tiny_model_dir):
 def test_ckpt_path_last_is_found_by_a_new_process(fitted):
     fresh = AgonCheckpoint()  # as built by a new `agon fit --ckpt_path last`, before setup()
     trainer = SimpleNamespace(default_root_dir=str(fitted.root), loggers=[])
-    assert fresh._find_last_checkpoints(trainer) == {str(fitted.root / "checkpoints" / "last.ckpt")}
+    assert fresh.last_checkpoint(trainer) == str(fitted.root / "checkpoints" / "last.ckpt")
+    assert (
+        AgonCheckpoint().last_checkpoint(SimpleNamespace(default_root_dir=str(fitted.root / "nothing")))
+        is None
+    )
 
 
 def test_a_save_killed_midway_leaves_the_previous_checkpoint(fitted, monkeypatch):
@@ -159,7 +163,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(fitted, monkeypatch
 
     monkeypatch.setattr(fitted.trainer, "save_checkpoint", dies_while_writing)
     with pytest.raises(KeyboardInterrupt):
-        fitted.callback._save_checkpoint(fitted.trainer, str(last))
+        fitted.callback.save(fitted.trainer, str(last))
     assert last.read_bytes() == before
     torch.load(last, map_location="cpu", weights_only=False)
     leftovers = list(last.parent.glob(".*.partial"))
@@ -177,7 +181,7 @@ def test_bundle_drafter_follows_the_better_cascade(ab, ba, choice, expected):
         k: torch.tensor(v) for k, v in (("val/cascade_ab/pass@1", ab), ("val/cascade_ba/pass@1", ba)) if v
     }
     assert (
-        AgonCheckpoint(drafter=choice)._drafter_for_bundle(SimpleNamespace(callback_metrics=metrics))
+        AgonCheckpoint(drafter=choice).drafter_for_bundle(SimpleNamespace(callback_metrics=metrics))
         == expected
     )
 
@@ -186,9 +190,9 @@ def test_bundle_drafter_defaults_to_the_deployed_policy_fixed_before_training():
     module = SimpleNamespace(evaluator=CascadeEvaluator(("alpha", "beta"), "agon", deployed="cascade_ba"))
     better_ab = {"val/cascade_ab/pass@1": torch.tensor(0.9), "val/cascade_ba/pass@1": torch.tensor(0.1)}
     trainer = SimpleNamespace(callback_metrics=better_ab, lightning_module=module)
-    assert AgonCheckpoint()._drafter_for_bundle(trainer) == "beta"  # the scores do not choose it
+    assert AgonCheckpoint().drafter_for_bundle(trainer) == "beta"  # the scores do not choose it
     module.evaluator = CascadeEvaluator(("alpha",), "grpo", self_cascade=True)
-    assert AgonCheckpoint()._drafter_for_bundle(trainer) == "alpha"
+    assert AgonCheckpoint().drafter_for_bundle(trainer) == "alpha"
 
 
 def test_rng_states_of_another_world_size_are_not_applied():

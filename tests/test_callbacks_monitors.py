@@ -20,10 +20,10 @@ from agon_lightning.callbacks.samples import markdown_table, sample_rows
 from agon_lightning.callbacks.trace_length import length_stats, summary_part, text_stats
 from conftest import build_char_tokenizer
 
-from agon_lightning.module import AgonModule, RoleRollout, StepRecord
-from agon_lightning.policy import LoraOptions
-from agon_lightning.rollout import RolloutBatch
+from agon_lightning.adapters.policy import LoraOptions
+from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.text import extract_answer
+from agon_lightning.training.module import AgonModule, RoleRollout, StepRecord
 from agon_lightning.types import Problem, Verdict
 
 

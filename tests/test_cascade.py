@@ -10,16 +10,16 @@ import torch
 from conftest import build_char_tokenizer, build_tiny_model
 from lightning.pytorch.loggers import CSVLogger
 
-from agon_lightning import fast_lora
-from agon_lightning.bundle import canonical_base, save_bundle
-from agon_lightning.cascade import Cascade
+from agon_lightning.adapters import fast_lora
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.cli import main
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
+from agon_lightning.deploy.bundle import canonical_base, save_bundle
+from agon_lightning.deploy.cascade import Cascade
 from agon_lightning.pipeline import majority_vote, solve_batch
-from agon_lightning.policy import LoraOptions
-from agon_lightning.rollout import HFRollout
+from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
@@ -110,13 +110,13 @@ trainer: {{accelerator: cpu, logger: false, enable_progress_bar: false, default_
 model:
   model_name_or_path: {noisy_model_dir}
   lora: {{init_from: {bundle}}}
-  rollout: {{class_path: agon_lightning.rollout.HFRollout, init_args: {{max_new_tokens: 12}}}}
+  rollout: {{class_path: agon_lightning.rollout.hf.HFRollout, init_args: {{max_new_tokens: 12}}}}
   verifier: {{class_path: test_cascade.HashParityVerifier}}
 data:
   class_path: agon_lightning.data.files.FileProblemDataModule
   init_args: {{train_source: {heldout}, val_source: {heldout}, val_batch_size: {VAL_BATCH}}}
 """)
-    main(["predict", "--config", str(config), "--trainer.callbacks+=agon_lightning.predict.JsonlPredictionWriter",
+    main(["predict", "--config", str(config), "--trainer.callbacks+=agon_lightning.deploy.predict.JsonlPredictionWriter",
           f"--trainer.callbacks.output={tmp_path / 'lightning.jsonl'}"])  # fmt: skip
     main(["predict", "--bundle", str(bundle), "--input", str(heldout), "--output", str(tmp_path / "bundle.jsonl"),
           "--batch-size", str(VAL_BATCH)])  # fmt: skip

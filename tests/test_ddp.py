@@ -6,7 +6,7 @@ from ddp_worker import GRPO, LORA, MAX_GRAD_NORM, SGD
 from reference import reference_step
 from strategy_runs import run_worker
 
-from agon_lightning.policy import attach_adapters, load_base
+from agon_lightning.adapters.policy import attach_adapters, load_base
 
 
 @pytest.mark.slow

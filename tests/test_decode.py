@@ -7,13 +7,20 @@ import torch
 from conftest import build_char_tokenizer
 from torch import Tensor
 
-from agon_lightning import decode
-from agon_lightning import rollout as rollout_module
-from agon_lightning.decode import Sampling
-from agon_lightning.policy import LoraOptions, attach_adapters, base_only, generating, load_base, sample_with
+from agon_lightning.adapters.policy import (
+    LoraOptions,
+    attach_adapters,
+    base_only,
+    generating,
+    load_base,
+    sample_with,
+)
+from agon_lightning.adapters.shared_prompt import prompt_groups
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout import HFRollout, encode_prompts
-from agon_lightning.shared_prompt import prompt_groups
+from agon_lightning.rollout import decode_loop as decode
+from agon_lightning.rollout import hf as rollout_module
+from agon_lightning.rollout.decode_loop import Sampling
+from agon_lightning.rollout.hf import HFRollout, encode_prompts
 from agon_lightning.types import Problem
 
 LORA = LoraOptions(r=4, alpha=8)

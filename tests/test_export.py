@@ -8,11 +8,11 @@ from peft import PeftModel
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
-from agon_lightning.bundle import save_bundle
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.cli import main
-from agon_lightning.export import vllm_rank
-from agon_lightning.module import AgonModule
-from agon_lightning.policy import LoraOptions
+from agon_lightning.deploy.bundle import save_bundle
+from agon_lightning.deploy.export import vllm_rank
+from agon_lightning.training.module import AgonModule
 
 IDS = torch.tensor([[5, 17, 42, 9, 33, 60, 2, 71]])
 

@@ -7,16 +7,21 @@ import torch
 from conftest import build_char_tokenizer, build_tiny_model
 from torch import nn
 
-from agon_lightning import fast_lora
-from agon_lightning.policy import (
+from agon_lightning.adapters import fast_lora
+from agon_lightning.adapters.policy import (
     LoraOptions,
     attach_adapters,
     completion_hidden_states,
     enable_checkpointing,
     generating,
 )
-from agon_lightning.rollout import HFRollout
-from agon_lightning.shared_prompt import prompt_groups, sample_groups, shared_prefixes, shares_prompts
+from agon_lightning.adapters.shared_prompt import (
+    prompt_groups,
+    sample_groups,
+    shared_prefixes,
+    shares_prompts,
+)
+from agon_lightning.rollout.hf import HFRollout
 
 LORA = LoraOptions(r=4, alpha=8, beta_init_std=0.2)
 
@@ -93,7 +98,7 @@ def test_merged_copy_is_not_used_once_the_adapters_change(policy):
 
 
 def test_base_only_without_peft_walks_gives_the_base_and_restores_every_flag(policy):
-    from agon_lightning.policy import base_only
+    from agon_lightning.adapters.policy import base_only
 
     policy.set_adapter("beta")
     trainable = [p for n, p in policy.named_parameters() if "lora_" in n]
@@ -162,7 +167,7 @@ def test_shared_prompt_forward_matches_the_full_forward(policy, completion_len):
 
     assert shares_prompts(policy.get_base_model().get_decoder())
     shared, shared_grads = run()
-    import agon_lightning.policy as policy_module
+    import agon_lightning.adapters.policy as policy_module
 
     original = policy_module.prompt_groups
     policy_module.prompt_groups = lambda *a: None  # every row for itself

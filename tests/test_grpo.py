@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from agon_lightning.grpo import (
+from agon_lightning.training.grpo import (
     LossNormalizer,
     aggregate,
     clipped_policy_loss,
@@ -168,7 +168,7 @@ def test_group_std_population_and_unbiased_against_a_hand_computation():
 
 
 def test_group_std_kind_is_validated_naming_the_value():
-    from agon_lightning.module import GRPOOptions
+    from agon_lightning.training.module import GRPOOptions
 
     with pytest.raises(ValueError, match="'sample'"):
         group_advantages(torch.zeros(4), 2, std="sample")

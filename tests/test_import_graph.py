@@ -71,5 +71,49 @@ def test_the_cycle_finder_finds_a_circle_through_a_type_checking_import():
 
 def test_no_module_of_the_package_imports_itself_back():
     graph = import_graph()
-    assert {"agon_lightning.module", "agon_lightning.validation", "agon_lightning.pipeline"} <= set(graph)
+    assert {
+        "agon_lightning.training.module",
+        "agon_lightning.training.validation",
+        "agon_lightning.pipeline",
+    } <= set(graph)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+# The job folders, lowest first: a module imports nothing from a folder above its own. The
+# policies know nothing of sampling, sampling nothing of the training step, and training
+# nothing of deployment (which uses all three).
+LAYERS = ["adapters", "rollout", "training", "deploy"]
+# Pure math that every layer may use: it imports nothing of the package itself.
+SHARED_LEAVES = {"agon_lightning.training.grpo"}
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, deps in sorted(graph.items()):
+        own = layer_of(module)
+        for dep in sorted(deps - SHARED_LEAVES):
+            theirs = layer_of(dep)
+            if own is not None and theirs is not None and theirs > own:
+                found.append(f"{module} -> {dep}")
+    return found
+
+
+def test_the_layer_rule_finds_an_upward_import():
+    graph = {
+        "agon_lightning.rollout.hf": {"agon_lightning.training.module"},
+        "agon_lightning.training.module": set(),
+    }
+    assert upward_imports(graph) == ["agon_lightning.rollout.hf -> agon_lightning.training.module"]
+
+
+def test_no_job_folder_imports_one_above_it():
+    graph = import_graph()
+    assert {f"agon_lightning.{layer}" for layer in LAYERS} <= set(graph)
+    assert upward_imports(graph) == []
+    for leaf in SHARED_LEAVES:
+        assert graph[leaf] == set(), f"{leaf} must stay free of package imports to be shared by every layer"

@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_module import make_module
 
-from agon_lightning.lr_schedule import WarmupLinearDecay, warmup_linear_decay
-from agon_lightning.module import GRPOOptions
+from agon_lightning.training.lr_schedule import WarmupLinearDecay, warmup_linear_decay
+from agon_lightning.training.module import GRPOOptions
 
 
 @pytest.mark.parametrize(

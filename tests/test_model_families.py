@@ -7,15 +7,15 @@ import torch
 from conftest import build_char_tokenizer, build_tiny_model
 from reference import full_logprobs
 
-from agon_lightning.grpo import LogitHead, token_logprobs
-from agon_lightning.policy import (
+from agon_lightning.adapters.policy import (
     LoraOptions,
     attach_adapters,
     completion_hidden_states,
     logit_head,
     output_weight,
 )
-from agon_lightning.rollout import HFRollout, stop_token_ids
+from agon_lightning.rollout.hf import HFRollout, stop_token_ids
+from agon_lightning.training.grpo import LogitHead, token_logprobs
 
 
 def test_generation_stops_on_every_eos_of_the_generation_config():
@@ -90,7 +90,7 @@ def test_trainer_logprobs_equal_the_models_own(build):
     )
     prompt = tokenizer(["1+2=", "30-4="], return_tensors="pt", padding=True)
     comp = torch.randint(1, len(tokenizer) - 8, (2, 6))
-    from agon_lightning.rollout import RolloutBatch
+    from agon_lightning.rollout.hf import RolloutBatch
 
     rb = RolloutBatch(prompt["input_ids"], prompt["attention_mask"], comp, torch.ones_like(comp), ["", ""],
                       torch.full((2,), 6), torch.zeros(2, dtype=torch.bool))  # fmt: skip

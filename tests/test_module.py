@@ -4,11 +4,11 @@ import lightning as L
 import pytest
 import torch
 
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import LoraOptions
 from agon_lightning.rewards import RoleRewards
-from agon_lightning.rollout import HFRollout
+from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 

@@ -7,12 +7,12 @@ import torch
 from scripted import ScriptedRollout
 from test_training_paths import ZeroIsRight
 
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.formats import ThinkAnswerFormat
-from agon_lightning.module import AgonModule, GRPOOptions, exchange_counts
-from agon_lightning.policy import LoraOptions
 from agon_lightning.rewards import CorrectnessReward
-from agon_lightning.schedule import opponent_rows
+from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts
+from agon_lightning.training.schedule import opponent_rows
 
 N = 4
 

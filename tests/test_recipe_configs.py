@@ -27,12 +27,12 @@ def parsed(*configs: Path, capsys) -> dict:
 def check_the_papers_training_settings(config: dict) -> None:
     model = config["model"]
     rollout = model["rollout"]
-    assert rollout["class_path"] == "agon_lightning.vllm_rollout.VLLMRollout"
+    assert rollout["class_path"] == "agon_lightning.rollout.vllm.VLLMRollout"
     assert (rollout["init_args"]["temperature"], rollout["init_args"]["top_p"]) == (0.6, 0.95)
     assert model["grpo"]["num_generations"] == 8 and model["lora"]["r"] == 16
     assert model["optimizer"]["init_args"]["lr"] == 5e-5
     schedule = model["lr_scheduler"]
-    assert schedule["class_path"] == "agon_lightning.lr_schedule.WarmupLinearDecay"
+    assert schedule["class_path"] == "agon_lightning.training.lr_schedule.WarmupLinearDecay"
     assert schedule["init_args"]["warmup_fraction"] == 0.1 and schedule["init_args"]["final_fraction"] == 0.0
     # The decay ends with the run: both count optimizer steps.
     assert schedule["init_args"]["total_steps"] == config["trainer"]["max_steps"]

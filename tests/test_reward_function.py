@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agon_lightning.bundle import build_component, component_spec
 from agon_lightning.cli import AgonCLI
+from agon_lightning.deploy.bundle import build_component, component_spec
 from agon_lightning.text import extract_answer
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.reward_function import RewardFunctionVerifier

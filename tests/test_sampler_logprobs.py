@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from agon_lightning import decode, fast_lora
+from agon_lightning.adapters.policy import BASE_ADAPTER, generating
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.grpo import logprob_mismatch
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import BASE_ADAPTER, generating
 from agon_lightning.rewards import RoleRewards
 from agon_lightning.rollout import HFRollout
+from agon_lightning.training.grpo import logprob_mismatch
+from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 BF16_RATIO = 1.5  # adapter rows' mismatch over the base rows', bf16

@@ -20,14 +20,14 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from agon_lightning.cascade import Cascade
 from agon_lightning.cli import main
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.serve import Server, create_app
-from agon_lightning.serve_engine import Job, Sampling, ServedModel
-from agon_lightning.serve_queue import BatchQueue, QueueFull
-from agon_lightning.serve_stream import TextDeltas, cut_at_stop
+from agon_lightning.deploy.cascade import Cascade
+from agon_lightning.deploy.serve import Server, create_app
+from agon_lightning.deploy.serve_engine import Job, Sampling, ServedModel
+from agon_lightning.deploy.serve_queue import BatchQueue, QueueFull
+from agon_lightning.deploy.serve_stream import TextDeltas, cut_at_stop
 
 # benchmarks/ lives in the checkout, not in the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -219,7 +219,7 @@ def test_api_key_and_a_full_queue(server):
 
 
 def app_request():
-    from agon_lightning.serve_api import CompletionRequest
+    from agon_lightning.deploy.serve_api import CompletionRequest
 
     return CompletionRequest(prompt="1+1")
 

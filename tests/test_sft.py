@@ -11,12 +11,18 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout import HFRollout
-from agon_lightning.sft import SFTCLI, SFTModule, StopAtThreshold, encode_sft_batch
-from agon_lightning.sft_data import DEFAULT_RIVAL_MIX, RIVALS, SFTDataModule, build_examples, eval_examples
+from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.text import extract_answer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
+from agon_lightning.training.sft import SFTCLI, SFTModule, StopAtThreshold, encode_sft_batch
+from agon_lightning.training.sft_data import (
+    DEFAULT_RIVAL_MIX,
+    RIVALS,
+    SFTDataModule,
+    build_examples,
+    eval_examples,
+)
 
 TASKS = {"chain_sum": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
 CHALLENGE = "{question}\nRival: {summary}"

@@ -12,7 +12,7 @@ import yaml
 from agon_lightning.cli import AgonCLI
 from agon_lightning.sweep import DEFAULT_VARIANTS, MARKER, plan, report, sweep, sweep_main
 from agon_lightning.sweep_report import compare, plot_curves, read_run
-from agon_lightning.validation import CascadeEvaluator
+from agon_lightning.training.validation import CascadeEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "agon.yaml"

@@ -14,10 +14,10 @@ from reference import lora_weights
 from scripted import ScriptedRollout
 from test_training_paths import CASES, ZeroIsRight, case_id
 
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions, exchange_counts, exchange_rates
-from agon_lightning.policy import LoraOptions
 from agon_lightning.rewards import CompetitiveReward
+from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts, exchange_rates
 
 LORA = LoraOptions(r=2, target_modules=["q_proj", "v_proj"])
 
@@ -106,7 +106,7 @@ def test_exchange_rates_are_left_out_where_undefined():
 
 
 def test_exchange_counts_of_a_step():
-    from agon_lightning.module import RoleRollout, StepRecord
+    from agon_lightning.training.module import RoleRollout, StepRecord
     from agon_lightning.types import Verdict
 
     def role(correct):
@@ -119,7 +119,7 @@ def test_exchange_counts_of_a_step():
 # ------------------------------------------------------------------ checkpoints across options
 VERIFY = r"""
 import json, sys, torch
-from agon_lightning.module import AgonModule
+from agon_lightning.training.module import AgonModule
 cases = json.loads(sys.argv[1])
 for case in cases:
     module = AgonModule.load_from_checkpoint(case["ckpt"], map_location="cpu", weights_only=False)

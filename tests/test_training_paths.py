@@ -18,10 +18,10 @@ import torch
 from reference import SGDMomentum, load_weights, lora_weights, reference_step
 from scripted import ScriptedRollout
 
+from agon_lightning.adapters.policy import LoraOptions, attach_adapters, load_base
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import LoraOptions, attach_adapters, load_base
 from agon_lightning.text import extract_answer
+from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 

@@ -7,10 +7,10 @@ import pytest
 from scripted import ScriptedRollout
 from test_training_paths import ZeroIsRight
 
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import LoraOptions
-from agon_lightning.validation import CascadeEvaluator, ratio_metrics
+from agon_lightning.training.module import AgonModule, GRPOOptions
+from agon_lightning.training.validation import CascadeEvaluator, ratio_metrics
 
 
 class PerAdapterRollout(ScriptedRollout):

@@ -7,9 +7,9 @@ import torch
 from scripted import ScriptedRollout
 from test_training_paths import ZeroIsRight
 
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import LoraOptions
+from agon_lightning.training.module import AgonModule, GRPOOptions
 
 MAIN = {"chain_sum": {"min_terms": 3, "max_terms": 3}}
 HARD = {"chain_sum": {"min_terms": 5, "max_terms": 5}}

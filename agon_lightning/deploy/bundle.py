@@ -13,7 +13,7 @@ components keep each constructor argument as a same-named attribute), so a bundl
 the exact pipeline it was trained with. Writes go to a temporary sibling directory that is
 renamed into place, so an interrupted save never leaves a half-written bundle. Loading checks
 each adapter against the bundle (listed, has weights, trained on this base) before attaching
-it with the same :func:`~agon_lightning.policy.attach_adapters` that builds a training run.
+it with the same :func:`~agon_lightning.adapters.policy.attach_adapters` that builds a training run.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from agon_lightning.adapters.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
 from agon_lightning.errors import CommandParser
-from agon_lightning.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
 
 BUNDLE_FILE = "agon.json"
 FORMAT_VERSION = 1
@@ -185,7 +185,7 @@ def load_adapters(
 
     Args:
         path: The bundle directory.
-        meta: Its ``agon.json`` (:func:`~agon_lightning.bundle.read_bundle`).
+        meta: Its ``agon.json`` (:func:`~agon_lightning.deploy.bundle.read_bundle`).
         names: Adapters to attach.
         base_model: Load the base from here instead of ``agon.json``'s ``base_model`` (a
             local copy of the same model).

@@ -40,7 +40,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from agon_lightning.pipeline import MixedPlayer, challenge_prompts
-from agon_lightning.rollout import RolloutBatch
+from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.types import Problem
 
 ADAPTER_KEY = {"alpha": "a", "beta": "b"}

@@ -26,7 +26,6 @@ low-rank term in float32, exactly as the trainer's forward does.
 from __future__ import annotations
 
 import contextlib
-import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -34,16 +33,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from agon_lightning.adapters import peft_boundary as peft
+from agon_lightning.adapters.peft_boundary import lora_layers
 from agon_lightning.sampling import is_sharded
 
 _LAYERS = "_agon_lora_layers"  # install()'s layers, where they are the model's only adapter layers
-
-
-def lora_layers(model: nn.Module) -> list[Any]:
-    """PEFT's LoRA ``Linear`` layers of ``model`` (the ones :func:`install` speeds up)."""
-    from peft.tuners.lora.layer import Linear
-
-    return [m for m in model.modules() if isinstance(m, Linear)]
 
 
 def install(model: nn.Module) -> int:
@@ -52,22 +46,17 @@ def install(model: nn.Module) -> int:
     Where these are the model's only adapter layers, they are also remembered for
     :func:`adapters_disabled`.
     """
-    from peft.tuners.tuners_utils import BaseTunerLayer
-    from peft.utils.other import AuxiliaryTrainingWrapper
-
     layers = lora_layers(model)
     for layer in layers:
-        layer.forward = types.MethodType(lora_forward, layer)
-    kinds = (BaseTunerLayer, AuxiliaryTrainingWrapper)
-    only_lora = sum(isinstance(m, kinds) for m in model.modules()) == len(layers)
-    model.__dict__[_LAYERS] = layers if only_lora else None
+        peft.replace_forward(layer, lora_forward)
+    model.__dict__[_LAYERS] = layers if peft.only_these_adapter_layers(model, layers) else None
     return len(layers)
 
 
 def uninstall(model: nn.Module) -> None:
     """Put PEFT's own forward back on every LoRA ``Linear`` of ``model``."""
     for layer in lora_layers(model):
-        layer.__dict__.pop("forward", None)
+        peft.restore_forward(layer)
     model.__dict__.pop(_LAYERS, None)
 
 
@@ -85,59 +74,50 @@ def adapters_disabled(model: nn.Module) -> Iterator[bool]:
     if not layers:
         yield False
         return
-    before = [layer._disable_adapters for layer in layers]
-    was_disabled = getattr(model, "_adapters_disabled", False)
-    try:
-        for layer in layers:
-            layer._disable_adapters = True
-        model._adapters_disabled = True
+    with peft.layers_off(model, layers):
         yield True
-    finally:
-        for layer, disabled in zip(layers, before):
-            layer._disable_adapters = disabled
-        model._adapters_disabled = was_disabled
 
 
 def _fused(layer: Any, name: str, x: Tensor, base_dtype: torch.dtype) -> bool:
     """Whether adapter ``name`` of ``layer`` is plain LoRA that :func:`lora_forward` may fuse."""
-    lora_b = layer.lora_B[name]
-    weight = lora_b.weight
+    part = peft.lora_part(layer, name)
+    weight = part.b.weight
     return (
-        name not in layer.lora_variant
-        and getattr(lora_b, "bias", None) is None
+        not peft.has_variant(layer, name)
+        and getattr(part.b, "bias", None) is None
         and weight.dim() == 2
-        and weight.shape[1] == layer.lora_A[name].weight.shape[0]
+        and weight.shape[1] == part.a.weight.shape[0]
         and weight.dtype == base_dtype
-        and x.dtype == layer.lora_A[name].weight.dtype
+        and x.dtype == part.a.weight.dtype
     )
 
 
 def lora_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """``base(x) + s · B(A(dropout(x)))`` for each active adapter, the sum fused into ``addmm``."""
-    peft_forward = type(self).forward
-    if self._disable_adapters and not (args or kwargs or self.merged_adapters):
-        return self.base_layer(x)  # what PEFT's forward does with adapters off and nothing merged
-    if args or kwargs or self.disable_adapters or self.merged:
+    peft_forward = peft.peft_forward(self)
+    base = peft.wrapped(self)
+    if peft.layer_off(self) and not (args or kwargs or peft.has_merged(self)):
+        return base(x)  # what PEFT's forward does with adapters off and nothing merged
+    if args or kwargs or peft.merged_or_special(self):
         return peft_forward(self, x, *args, **kwargs)
-    names = [n for n in self.active_adapters if n in self.lora_A]
-    base_weight = self.base_layer.weight
+    names = peft.active_names(self)
+    base_weight = base.weight
     if not all(_fused(self, n, x, base_weight.dtype) for n in names):
         return peft_forward(self, x)
-    result = self.base_layer(x)
+    result = base(x)
     if result.dtype != base_weight.dtype:
         return peft_forward(self, x)
     shape = result.shape
     out = result.reshape(-1, shape[-1])  # [tokens, out]
     for name in names:
-        a = self.lora_A[name](self.lora_dropout[name](x))  # [..., r]
-        out = torch.addmm(
-            out, a.reshape(-1, a.shape[-1]), self.lora_B[name].weight.t(), alpha=self.scaling[name]
-        )
+        part = peft.lora_part(self, name)
+        a = part.a(part.dropout(x))  # [..., r]
+        out = torch.addmm(out, a.reshape(-1, a.shape[-1]), part.b.weight.t(), alpha=part.scaling)
     return out.view(shape)
 
 
 def _sharded(layer: Any) -> bool:
-    return is_sharded(layer.base_layer.weight, (layer.out_features, layer.in_features))
+    return is_sharded(peft.wrapped(layer).weight, (layer.out_features, layer.in_features))
 
 
 @contextlib.contextmanager
@@ -149,8 +129,8 @@ def merged_for_sampling(model: nn.Module, adapter: str | None) -> Iterator[bool]
     sharded weights (ZeRO-3/FSDP, warned). The merged weights are dropped on exit; the base
     weights are never modified.
     """
-    layers = [m for m in lora_layers(model) if "forward" in m.__dict__ and adapter in m.lora_A]
-    if adapter is None or not layers or any(m.base_layer.weight.dtype != torch.float32 for m in layers):
+    layers = [m for m in lora_layers(model) if peft.forward_replaced(m) and peft.has_adapter(m, adapter)]
+    if adapter is None or not layers or any(peft.wrapped(m).weight.dtype != torch.float32 for m in layers):
         yield False
         return
     if any(_sharded(m) for m in layers):
@@ -164,16 +144,17 @@ def merged_for_sampling(model: nn.Module, adapter: str | None) -> Iterator[bool]
     try:
         with torch.no_grad():
             for m in layers:
-                if adapter in m.lora_variant:
+                if peft.has_variant(m, adapter):
                     continue
-                a, b = m.lora_A[adapter].weight, m.lora_B[adapter].weight
-                w = m.base_layer.weight
-                merged = torch.addmm(w, b.to(w.dtype), a.to(w.dtype), alpha=m.scaling[adapter])  # [out, in]
-                m.forward = _merged_forward(m, merged)
+                part = peft.lora_part(m, adapter)
+                w = peft.wrapped(m).weight
+                a, b = part.a.weight.to(w.dtype), part.b.weight.to(w.dtype)
+                merged = torch.addmm(w, b, a, alpha=part.scaling)  # [out, in]
+                peft.set_forward(m, _merged_forward(m, merged))
         yield True
     finally:
         for m in layers:
-            m.forward = types.MethodType(lora_forward, m)
+            peft.replace_forward(m, lora_forward)
 
 
 def _merged_forward(layer: Any, merged: Tensor) -> Any:
@@ -183,15 +164,15 @@ def _merged_forward(layer: Any, merged: Tensor) -> Any:
     it was made (PEFT's ``set_adapter`` and ``disable_adapter`` assign new values, so an identity
     check sees any change); the per-call checks are plain attribute reads, no PEFT properties.
     """
-    bias, active = layer.base_layer.bias, layer._active_adapter
+    bias, active = peft.wrapped(layer).bias, peft.active_marker(layer)
 
     def forward(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         if (
             args
             or kwargs
             or torch.is_grad_enabled()
-            or layer._disable_adapters
-            or layer._active_adapter is not active
+            or peft.layer_off(layer)
+            or peft.active_marker(layer) is not active
         ):
             return lora_forward(layer, x, *args, **kwargs)
         return nn.functional.linear(x, merged, bias)

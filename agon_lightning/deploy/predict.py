@@ -1,7 +1,7 @@
 """``agon predict``: the deployed cascade over a file or a Hub dataset, one JSON line per problem.
 
 Two forms share the command. With ``--bundle`` it loads an adapter bundle through
-:class:`~agon_lightning.cascade.Cascade` (no Trainer) and offers every deployment option::
+:class:`~agon_lightning.deploy.cascade.Cascade` (no Trainer) and offers every deployment option::
 
     agon predict --bundle runs/agon/checkpoints/last --input heldout.jsonl --output out.jsonl \\
         [--drafter beta] [--k 5] [--batch-size 100]
@@ -11,7 +11,7 @@ With ``--config`` it is LightningCLI's ``predict`` on a training config:
 held-out problems and :class:`JsonlPredictionWriter` writes them::
 
     agon predict --config configs/agon.yaml --model.lora.init_from=BUNDLE \\
-        --trainer.callbacks+=agon_lightning.predict.JsonlPredictionWriter \\
+        --trainer.callbacks+=agon_lightning.deploy.predict.JsonlPredictionWriter \\
         --trainer.callbacks.output=out.jsonl
 
 Output line i describes input row i: the cascade's record, or ``{"error": "FILE:LINE: …"}``
@@ -32,9 +32,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from agon_lightning.bundle import bundle_parser
-from agon_lightning.cascade import BACKENDS, Cascade
 from agon_lightning.data.files import ProblemFields, ProblemRow, read_problem_rows
+from agon_lightning.deploy.bundle import bundle_parser
+from agon_lightning.deploy.cascade import BACKENDS, Cascade
 from agon_lightning.pipeline import UNVERIFIABLE
 
 log = logging.getLogger(__name__)

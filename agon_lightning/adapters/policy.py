@@ -18,13 +18,24 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from agon_lightning.fast_lora import adapters_disabled, install
-from agon_lightning.grpo import LogitHead
-from agon_lightning.shared_prompt import prefix_hidden_states, prompt_groups, shared_prefixes, shares_prompts
-from agon_lightning.strategies.gather import fsdp2_modules
+from agon_lightning.adapters import peft_boundary as peft
+from agon_lightning.adapters.fast_lora import adapters_disabled, install
+from agon_lightning.adapters.peft_boundary import (  # noqa: F401  BASE_ADAPTER, active_adapter: this module's API too
+    BASE_ADAPTER,
+    activate,
+    active_adapter,
+    base_model,
+)
+from agon_lightning.adapters.shared_prompt import (
+    prefix_hidden_states,
+    prompt_groups,
+    shared_prefixes,
+    shares_prompts,
+)
+from agon_lightning.config_files import PREFIX as EMBEDDED_PREFIX  # agon:NAME, a shipped model
+from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
+from agon_lightning.training.grpo import LogitHead
 
-EMBEDDED_PREFIX = "agon:"
-BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in a mixed-adapter batch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -109,6 +120,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
         for name in names[1:]:
             model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
         install(model)
+        peft.check_peft(model)
         return model
     config = LoraConfig(
         r=opts.r,
@@ -127,43 +139,16 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
                 noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
                 param.data.copy_(noise.to(param.dtype))
     install(model)
+    peft.check_peft(model)  # the PEFT internals the adapters are switched and fused through
     return model
 
 
 def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
     """The LoRA parameters of adapter ``name``."""
-    params = [p for n, p in model.named_parameters() if f".{name}." in n and "lora_" in n]
+    params = [p for n, p in model.named_parameters() if of_adapter(n, name)]
     if not params:
         raise ValueError(f"adapter {name!r} has no parameters in this model")
     return params
-
-
-def activate(model: nn.Module, name: str, trainable: list[nn.Parameter]) -> None:
-    """Make ``name`` the active adapter, keeping every adapter trainable.
-
-    PEFT's ``set_adapter`` freezes the inactive adapters; both policies train every step
-    (one joint backward), so their ``requires_grad`` is restored here from ``trainable``,
-    the list decided once, by adapter name, when the adapters were attached. Switching visits
-    every module of the model, so it is skipped when ``name`` is already active.
-    """
-    if model.active_adapter != name:
-        model.set_adapter(name)
-    for p in trainable:
-        p.requires_grad_(True)
-
-
-def active_adapter(model: nn.Module) -> str:
-    """The adapter ``model``'s LoRA layers apply now: :data:`BASE_ADAPTER` inside :func:`base_only`.
-
-    What an engine that holds its own copy of the adapters (vLLM) must sample with when a
-    caller made its choice through :func:`activate` or :func:`base_only`.
-    """
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
-    if layer is None:
-        raise ValueError(f"{type(model).__name__} has no LoRA layers")
-    return BASE_ADAPTER if layer.disable_adapters else layer.active_adapters[0]
 
 
 @contextlib.contextmanager
@@ -174,17 +159,29 @@ def base_only(model: nn.Module, trainable: list[nn.Parameter] | None = None) -> 
     ``set_adapter``, which sets ``requires_grad=False`` on every other adapter — and autograd
     then drops their gradients even from forwards that ran earlier in the step. So the flags
     are put back by name on the way out. Where the model's adapter layers are all on the fused
-    forward, they are switched off directly (:func:`~agon_lightning.fast_lora.adapters_disabled`:
+    forward, they are switched off directly (:func:`~agon_lightning.adapters.fast_lora.adapters_disabled`:
     the same state without PEFT's walks over every module).
     """
     try:
         with adapters_disabled(model) as done, contextlib.ExitStack() as stack:
             if not done:  # adapter layers other than fast_lora's: PEFT's own switch
-                stack.enter_context(model.disable_adapter())
+                stack.enter_context(peft.peft_disabled(model))
             yield
     finally:
-        for p in trainable or []:
-            p.requires_grad_(True)
+        peft.restore_trainable(trainable)
+
+
+@contextlib.contextmanager
+def using(
+    model: nn.Module, adapter: str | None, trainable: list[nn.Parameter] | None = None
+) -> Iterator[None]:
+    """``adapter`` active inside (``None``: the exact base, :func:`base_only`), ``trainable`` kept trainable."""
+    if adapter is None:
+        with base_only(model, trainable):
+            yield
+    else:
+        activate(model, adapter, trainable or [])
+        yield
 
 
 class AdapterReplay:
@@ -203,34 +200,32 @@ class AdapterReplay:
 
     def bind(self, model: nn.Module) -> None:
         """Find the LoRA layers of ``model`` (call once the adapters are attached)."""
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
-        self.layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+        self.layers = peft.tuner_layers(model)
 
     def __call__(self) -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
         if not self.layers:
             raise RuntimeError(
                 "AdapterReplay is not bound to a model: call bind(model) after attaching adapters"
             )
-        state = [(layer._active_adapter, layer._disable_adapters) for layer in self.layers]
+        state = [peft.switch_state(layer) for layer in self.layers]
         return contextlib.nullcontext(), self._replaying(state)
 
     @contextlib.contextmanager
     def _replaying(self, state: list[tuple[Any, bool]]) -> Iterator[None]:
-        now = [(layer._active_adapter, layer._disable_adapters) for layer in self.layers]
+        now = [peft.switch_state(layer) for layer in self.layers]
         try:
-            for layer, (active, disabled) in zip(self.layers, state):
-                layer._active_adapter, layer._disable_adapters = active, disabled
+            for layer, saved in zip(self.layers, state):
+                peft.set_switch(layer, saved)
             yield
         finally:
-            for layer, (active, disabled) in zip(self.layers, now):
-                layer._active_adapter, layer._disable_adapters = active, disabled
+            for layer, saved in zip(self.layers, now):
+                peft.set_switch(layer, saved)
 
 
 def enable_checkpointing(model: nn.Module) -> None:
     """Activation checkpointing on ``model``'s base, recomputing with the adapter each forward used."""
     replay = AdapterReplay()
-    base = model.get_base_model()
+    base = base_model(model)
     kwargs = {"use_reentrant": False, "context_fn": replay}
     if hasattr(base, "activation_checkpointing_enable"):
         base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
@@ -265,14 +260,14 @@ def completion_hidden_states(
     Runs the decoder without the LM head (log-probs are then taken chunk by chunk), with
     position ids from the attention mask exactly as ``generate`` computes them under left
     padding, so the recomputed log-probs match the sampling pass. The leading prompt tokens
-    that the rows of a group share run once for the group (:mod:`agon_lightning.shared_prompt`):
+    that the rows of a group share run once for the group (:mod:`agon_lightning.adapters.shared_prompt`):
     a GRPO group's whole prompt, or the problem that precedes each challenger's draft summary.
 
     Args:
         groups: ``[G]`` consecutive rows per group (e.g. from
-            :func:`~agon_lightning.shared_prompt.sample_groups`); ``None``: runs of identical prompts.
+            :func:`~agon_lightning.adapters.shared_prompt.sample_groups`); ``None``: runs of identical prompts.
     """
-    decoder = model.get_base_model().get_decoder()
+    decoder = base_model(model).get_decoder()
     counts = prompt_groups(prompt_ids, prompt_mask) if groups is None else groups
     prefixes = None
     # Not under FSDP2: the prefix's keys and values reach the backward through the cache, a path
@@ -294,7 +289,7 @@ def completion_hidden_states(
 
 def output_weight(model: nn.Module) -> Tensor:
     """The ``[V, H]`` output-embedding matrix."""
-    return model.get_base_model().get_output_embeddings().weight
+    return base_model(model).get_output_embeddings().weight
 
 
 def logit_head(model: nn.Module) -> LogitHead:
@@ -307,7 +302,7 @@ def logit_head(model: nn.Module) -> LogitHead:
     Raises:
         ValueError: an output layer with a bias (the chunked log-probs project without one).
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     head = base.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError(
@@ -343,10 +338,5 @@ def sample_with(
     the adapter is chosen: sharded strategies gather the whole model there, once per rollout
     (:func:`agon_lightning.strategies.gathered`).
     """
-    with generating(model):
-        if adapter is None:
-            with base_only(model, trainable), weights():
-                return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
-        activate(model, adapter, trainable or [])
-        with weights():
-            return rollout.generate(model, tokenizer, prompts, num_samples, greedy)
+    with generating(model), using(model, adapter, trainable), weights():
+        return rollout.generate(model, tokenizer, prompts, num_samples, greedy)

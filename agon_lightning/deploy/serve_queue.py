@@ -15,8 +15,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from agon_lightning.serve_api import APIError
-from agon_lightning.serve_engine import Job
+from agon_lightning.deploy.serve_api import APIError
+from agon_lightning.deploy.serve_engine import Job
 
 log = logging.getLogger(__name__)
 

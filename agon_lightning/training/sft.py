@@ -15,7 +15,7 @@ timing varies, and stopping at partial competence leaves RL room to improve. At 
 model, tokenizer and evaluation history are written to ``output_dir``, which ``agon fit``
 loads as ``model_name_or_path``.
 
-The examples and their data module are in :mod:`agon_lightning.sft_data`; this module holds
+The examples and their data module are in :mod:`agon_lightning.training.sft_data`; this module holds
 the model that learns from them, the stopping rule and the command. Run it with
 ``agon sft --config configs/sft_tiny.yaml``.
 """
@@ -31,14 +31,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
+from agon_lightning.adapters.policy import resolve_model_path
 from agon_lightning.cli_base import BaseCLI, compact_usage
-from agon_lightning.policy import resolve_model_path
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout import HFRollout, Rollout
-from agon_lightning.sft_data import RIVALS, SFTDataModule, SFTExample
+from agon_lightning.rollout.hf import HFRollout, Rollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
+from agon_lightning.training.sft_data import RIVALS, SFTDataModule, SFTExample
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 

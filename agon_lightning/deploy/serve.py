@@ -15,7 +15,7 @@ with it), well kept, typed with pydantic (a bad request is a 400 before it reach
 and stream with server-sent events. LitServe, Lightning's server, runs the model in worker
 processes behind its own batching loop made for one ``predict`` per request; the cascade needs
 requests grouped by sampling settings, a first stage whose output feeds a second, and a stream
-of only the second: a plain ASGI app with one worker thread (:mod:`agon_lightning.serve_queue`)
+of only the second: a plain ASGI app with one worker thread (:mod:`agon_lightning.deploy.serve_queue`)
 says that in less code. SIGTERM and SIGINT stop the server gracefully: it stops accepting,
 answers what it has accepted (streams included, up to 60 s), then exits with status 0.
 """
@@ -42,19 +42,20 @@ except ImportError as err:  # an optional dependency: say how to get it
         f"agon serve needs FastAPI and uvicorn ({err}); install them: pip install 'agon-lightning[serve]'"
     ) from err
 
-from agon_lightning.bundle import bundle_parser
-from agon_lightning.cascade import BACKENDS, Cascade
-from agon_lightning.rollout import HFRollout
-from agon_lightning.serve_api import (
+from agon_lightning.adapters.peft_boundary import base_model
+from agon_lightning.deploy.bundle import bundle_parser
+from agon_lightning.deploy.cascade import BACKENDS, Cascade
+from agon_lightning.deploy.serve_api import (
     APIError,
     ChatRequest,
     CompletionRequest,
     SamplingRequest,
     validation_error,
 )
-from agon_lightning.serve_engine import CascadeRunner, Job, Sampling, served_models
-from agon_lightning.serve_queue import BatchQueue
-from agon_lightning.serve_responses import error_response, response, stream
+from agon_lightning.deploy.serve_engine import CascadeRunner, Job, Sampling, served_models
+from agon_lightning.deploy.serve_queue import BatchQueue
+from agon_lightning.deploy.serve_responses import error_response, response, stream
+from agon_lightning.rollout.hf import HFRollout
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class Server:
     ) -> None:
         self.cascade, self.backend, self.max_n = cascade, backend, max_n
         self.models, self.default = served_models(cascade)
-        config = cascade.policy.get_base_model().config
+        config = base_model(cascade.policy).config
         self.context = getattr(config, "max_position_embeddings", None)
         self.max_tokens = max_tokens or self.context
         self.runner = CascadeRunner(cascade, self.context)

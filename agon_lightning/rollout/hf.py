@@ -16,10 +16,11 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from agon_lightning import decode
-from agon_lightning.fast_lora import merged_for_sampling
+from agon_lightning.adapters.fast_lora import merged_for_sampling
+from agon_lightning.adapters.peft_boundary import base_model
+from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.sampling import LogprobRecorder
-from agon_lightning.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 
 _SAID: set[str] = set()
 
@@ -118,6 +119,11 @@ class Rollout(ABC):
     """
 
     max_new_tokens: int
+    # The sampling settings every backend takes (set through _keep_sampling); the trainer reads
+    # ``temperature`` to recompute the sampled tokens' log-probs at the temperature they had.
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
     keeps_own_weights: bool = False
 
     @abstractmethod
@@ -175,10 +181,10 @@ class HFRollout(Rollout):
         max_batch_size: Most sequences per ``generate`` call (0 = all at once).
         merge_adapter: Sample with the active adapter merged into a copy of each adapted weight
             (one matmul per projection instead of three; the copy lives while sampling; not with
-            sharded weights, see :mod:`agon_lightning.fast_lora`).
+            sharded weights, see :mod:`agon_lightning.adapters.fast_lora`).
         fused_decode: Sample Llama-family models (Qwen3, Qwen2, Llama, Mistral) with our own
             decode loop (fused projections with the adapter merged, a preallocated cache,
-            finished rows dropped; :mod:`agon_lightning.decode`); anything it does not reproduce
+            finished rows dropped; :mod:`agon_lightning.rollout.decode_loop`); anything it does not reproduce
             exactly goes to ``generate``.
     """
 
@@ -249,7 +255,7 @@ class HFRollout(Rollout):
         """Completions ``[B, T]`` from ``model.generate``, ``max_batch_size`` rows at a time, and their log-probs.
 
         With ``merge_adapter``, the active adapter is merged into a copy of each adapted weight
-        while sampling (:func:`agon_lightning.fast_lora.merged_for_sampling`, float32 only); a
+        while sampling (:func:`agon_lightning.adapters.fast_lora.merged_for_sampling`, float32 only); a
         mixed-adapter batch runs through PEFT's per-row LoRA. The temperature, top-k and top-p
         warpers run as our own processors, in ``generate``'s order, followed by a
         :class:`~agon_lightning.sampling.LogprobRecorder`: the log-probs are of the scores drawn from.
@@ -288,7 +294,7 @@ class HFRollout(Rollout):
         pad_id: int,
         kwargs: dict[str, Any],
     ) -> tuple[Tensor, Tensor]:
-        """Completions ``[B, T]`` and their log-probs from :func:`agon_lightning.decode.decode`, one adapter's rows at a time.
+        """Completions ``[B, T]`` and their log-probs from :func:`agon_lightning.rollout.decode_loop.decode`, one adapter's rows at a time.
 
         A mixed-adapter batch is split by adapter (each row's tokens are the same as in a batch of
         its own adapter's rows), and each part runs ``max_batch_size`` rows at a time.
@@ -323,7 +329,7 @@ class HFRollout(Rollout):
         All but each prompt's last token are prefilled (``generate`` needs one uncached token),
         with the position ids ``generate`` itself gives a left-padded prompt.
         """
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = base_model(model)
         decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
         counts = prompt_groups(ids, attn) if ids.shape[1] > 1 else None
         if counts is None or decoder is None or not plain_cache(decoder):

@@ -17,9 +17,9 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from agon_lightning.serve_api import APIError
-from agon_lightning.serve_engine import Choice, Job, Result
-from agon_lightning.serve_queue import BatchQueue
+from agon_lightning.deploy.serve_api import APIError
+from agon_lightning.deploy.serve_engine import Choice, Job, Result
+from agon_lightning.deploy.serve_queue import BatchQueue
 
 log = logging.getLogger(__name__)
 

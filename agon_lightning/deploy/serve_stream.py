@@ -1,6 +1,6 @@
 """Streaming the final stage of ``agon serve``: tokens as ``generate`` produces them, as text deltas.
 
-:class:`StreamingHFRollout` is :class:`~agon_lightning.rollout.HFRollout` sampling through
+:class:`StreamingHFRollout` is :class:`~agon_lightning.rollout.hf.HFRollout` sampling through
 ``generate`` with a :class:`RowStreamer`, which hands every row's new token to a callback at each
 step; :class:`TextDeltas` turns one row's tokens into the text a client receives, holding back
 what could still become a stop string.
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from agon_lightning.rollout import HFRollout
+from agon_lightning.rollout.hf import HFRollout
 
 
 def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:

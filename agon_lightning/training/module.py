@@ -30,7 +30,30 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from agon_lightning.grpo import (
+from agon_lightning.adapters.policy import (
+    BASE_ADAPTER,
+    LoraOptions,
+    adapter_parameters,
+    attach_adapters,
+    completion_hidden_states,
+    enable_checkpointing,
+    generating,
+    load_base,
+    logit_head,
+    output_weight,
+    sample_with,
+    using,
+)
+from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.pipeline import challenge_prompts, solve_batch
+from agon_lightning.prompts import Prompts
+from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
+from agon_lightning.rollout.hf import HFRollout, Rollout, RolloutBatch
+from agon_lightning.strategies import check_strategy, gathered, local_grads
+from agon_lightning.strategies.gather import of_adapter
+from agon_lightning.summarizers.base import Summarizer
+from agon_lightning.summarizers.basic import StripTraceSummarizer
+from agon_lightning.training.grpo import (
     AGGREGATIONS,
     STD_KINDS,
     LossNormalizer,
@@ -40,32 +63,9 @@ from agon_lightning.grpo import (
     sampler_correction,
     token_logprobs,
 )
-from agon_lightning.pipeline import challenge_prompts, solve_batch
-from agon_lightning.policy import (
-    BASE_ADAPTER,
-    LoraOptions,
-    activate,
-    adapter_parameters,
-    attach_adapters,
-    base_only,
-    completion_hidden_states,
-    enable_checkpointing,
-    generating,
-    load_base,
-    logit_head,
-    output_weight,
-    sample_with,
-)
-from agon_lightning.prompts import Prompts
-from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
-from agon_lightning.rollout import HFRollout, Rollout, RolloutBatch
-from agon_lightning.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
-from agon_lightning.shared_prompt import sample_groups
-from agon_lightning.strategies import check_strategy, gathered, local_grads
-from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.summarizers.basic import StripTraceSummarizer
+from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
+from agon_lightning.training.validation import CascadeEvaluator
 from agon_lightning.types import Problem, Verdict
-from agon_lightning.validation import CascadeEvaluator
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
@@ -145,6 +145,7 @@ class RoleRollout:
     rewards: Tensor
     advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
     old_logp: Tensor | None = None
+    role: Literal["drafter", "challenger"] = "drafter"
 
     @property
     def correct(self) -> Tensor:
@@ -179,10 +180,10 @@ class AgonModule(L.LightningModule):
             with the package.
         dtype: ``float32`` | ``bfloat16`` | ``float16`` for the base weights.
         game: ``agon`` (drafter + challenger) or ``grpo`` (one adapter, drafts only).
-        schedule: ``rotate`` | ``fixed`` | ``self_play`` (see :mod:`agon_lightning.schedule`).
+        schedule: ``rotate`` | ``fixed`` | ``self_play`` (see :mod:`agon_lightning.training.schedule`).
         pairing: Which draft each challenge reads and is graded against: ``per_rollout``
             (challenge i ↔ draft i) or ``shared`` (every challenge of a problem ↔ its first
-            draft; see :func:`agon_lightning.schedule.opponent_rows`).
+            draft; see :func:`agon_lightning.training.schedule.opponent_rows`).
         lora: Adapter settings.
         grpo: Policy-gradient settings.
         rollout: Sampling backend and settings.
@@ -378,7 +379,9 @@ class AgonModule(L.LightningModule):
         )
         rewards = self.reward(outcomes)
         record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
-        record.challenge = RoleRollout(challenger, challenges, challenge_verdicts, rewards.challenge)
+        record.challenge = RoleRollout(
+            challenger, challenges, challenge_verdicts, rewards.challenge, role="challenger"
+        )
         record.opponents = None if self.pairing == "per_rollout" else rows
         return record
 
@@ -391,18 +394,14 @@ class AgonModule(L.LightningModule):
         rb = rollouts.select(rows)
         groups = sample_groups(rows, len(rollouts), self.grpo.num_generations)
         args = (self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
-        if adapter is None:
-            with base_only(self.policy, self._trainable):
-                hidden = completion_hidden_states(*args)
-        else:
-            activate(self.policy, adapter, self._trainable)
+        with using(self.policy, adapter, self._trainable):
             hidden = completion_hidden_states(*args)
         return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids, self._temperature,
                               self.grpo.logprob_chunk_size, self._logit_head)  # fmt: skip
 
     @property
     def _temperature(self) -> float:
-        return float(getattr(self.rollout, "temperature", 1.0))
+        return float(self.rollout.temperature)
 
     def _loss_mask(self, rb: RolloutBatch) -> Tensor:
         mask = rb.completion_mask
@@ -498,14 +497,14 @@ class AgonModule(L.LightningModule):
     def _nonfinite(self, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
         """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
         bad = []
-        for i, role in enumerate(roles):
+        for i, role in enumerate(roles):  # i: the role's place in finite_loss
             # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
             grads = local_grads(self._adapter_params[role.adapter])
             # One device sync per adapter, not one per tensor.
             grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
             if not (finite_loss[i] and grads_ok):
                 what = "loss" if not finite_loss[i] else "gradient"
-                bad.append(f"{'drafter' if i == 0 else 'challenger'} ({role.adapter}, non-finite {what})")
+                bad.append(f"{role.role} ({role.adapter}, non-finite {what})")
         return bad
 
     def _skip(self, bad: list[str]) -> None:
@@ -605,7 +604,7 @@ class AgonModule(L.LightningModule):
     # ------------------------------------------------------------------ checkpoints
     def adapter_state_keys(self, keys: Any) -> dict[str, list[str]]:
         """The state-dict keys among ``keys`` that hold each adapter's weights, by adapter name."""
-        return {name: [k for k in keys if "lora_" in k and f".{name}." in k] for name in self.adapter_names}
+        return {name: [k for k in keys if of_adapter(k, name)] for name in self.adapter_names}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Keep only the adapters, chosen by name: the base is frozen and reloads from model_name_or_path.

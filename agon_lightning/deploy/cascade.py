@@ -6,8 +6,8 @@ summarizer, prompts, rollout and verifier the pair was trained with.
 
 It is the validation pipeline, not a re-implementation of it: :meth:`Cascade.solve` runs
 :func:`~agon_lightning.pipeline.solve_batch`, the calls validation makes, and the adapters are
-attached by the same :func:`~agon_lightning.policy.attach_adapters` that resumes training from
-a bundle (:func:`~agon_lightning.bundle.load_adapters`). With greedy decoding a bundle
+attached by the same :func:`~agon_lightning.adapters.policy.attach_adapters` that resumes training from
+a bundle (:func:`~agon_lightning.deploy.bundle.load_adapters`). With greedy decoding a bundle
 therefore reproduces the ``val/cascade_*`` pass@1 logged when it was saved, exactly: on CPU in
 float32 greedy text does not depend on how prompts are batched or padded
 (``tests/test_cascade.py`` checks both). Kernels that change with the batch shape (bf16 on
@@ -23,19 +23,19 @@ from typing import Any
 
 import torch
 
-from agon_lightning.bundle import build_component, load_adapters, read_bundle
+from agon_lightning.adapters.policy import sample_with
 from agon_lightning.data.files import ProblemFields, row_to_problem
+from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
 from agon_lightning.pipeline import CascadeResult, CascadeSample, solve_batch
-from agon_lightning.policy import sample_with
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout import Rollout, RolloutBatch
+from agon_lightning.rollout.hf import Rollout, RolloutBatch
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.base import Verifier
 
 __all__ = ["BACKENDS", "Cascade", "CascadeResult", "CascadeSample", "as_problems", "rollout_for_backend"]
 
-BACKENDS = {"hf": "agon_lightning.rollout.HFRollout", "vllm": "agon_lightning.vllm_rollout.VLLMRollout"}
+BACKENDS = {"hf": "agon_lightning.rollout.hf.HFRollout", "vllm": "agon_lightning.rollout.vllm.VLLMRollout"}
 SAMPLING_ARGS = ("max_new_tokens", "temperature", "top_p", "top_k")
 
 
@@ -130,7 +130,7 @@ class Cascade:
         base_model: str | None = None,
         backend: str | None = None,
     ) -> Cascade:
-        """Load a bundle written by :func:`~agon_lightning.bundle.save_bundle`.
+        """Load a bundle written by :func:`~agon_lightning.deploy.bundle.save_bundle`.
 
         Args:
             path: The bundle directory (``alpha/``, ``beta/``, ``agon.json``).

@@ -1,0 +1,70 @@
+"""The import paths of modules that moved into the job folders keep working.
+
+Configs, bundles (``agon.json``), checkpoints and plugins written before the package was
+laid out by job name classes by their old paths (``agon_lightning.cascade.Cascade``,
+``agon_lightning.vllm_rollout.VLLMRollout``). A finder on ``sys.meta_path`` answers each old
+module name in :data:`MOVED` with the module at its new path — the same module object, so
+its classes are the same classes, and patching one path patches the other. There is no file
+at an old path (the move stays a move in the history); the table below is the whole alias.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+# old module → where it lives now
+MOVED: dict[str, str] = {
+    "agon_lightning.decode": "agon_lightning.rollout.decode_loop",
+    "agon_lightning.vllm_rollout": "agon_lightning.rollout.vllm",
+    "agon_lightning.fast_lora": "agon_lightning.adapters.fast_lora",
+    "agon_lightning.policy": "agon_lightning.adapters.policy",
+    "agon_lightning.shared_prompt": "agon_lightning.adapters.shared_prompt",
+    "agon_lightning.bundle": "agon_lightning.deploy.bundle",
+    "agon_lightning.cascade": "agon_lightning.deploy.cascade",
+    "agon_lightning.predict": "agon_lightning.deploy.predict",
+    "agon_lightning.export": "agon_lightning.deploy.export",
+    "agon_lightning.serve": "agon_lightning.deploy.serve",
+    "agon_lightning.serve_api": "agon_lightning.deploy.serve_api",
+    "agon_lightning.serve_engine": "agon_lightning.deploy.serve_engine",
+    "agon_lightning.serve_queue": "agon_lightning.deploy.serve_queue",
+    "agon_lightning.serve_responses": "agon_lightning.deploy.serve_responses",
+    "agon_lightning.serve_stream": "agon_lightning.deploy.serve_stream",
+    "agon_lightning.module": "agon_lightning.training.module",
+    "agon_lightning.grpo": "agon_lightning.training.grpo",
+    "agon_lightning.schedule": "agon_lightning.training.schedule",
+    "agon_lightning.lr_schedule": "agon_lightning.training.lr_schedule",
+    "agon_lightning.validation": "agon_lightning.training.validation",
+    "agon_lightning.sft": "agon_lightning.training.sft",
+    "agon_lightning.sft_data": "agon_lightning.training.sft_data",
+}
+# ``agon_lightning.rollout`` became the package of the backends: its ``__init__`` re-exports
+# what the old module defined (``agon_lightning.rollout.HFRollout`` still resolves).
+
+
+class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds an old module name of :data:`MOVED` and loads it as the module at its new path."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module(MOVED[spec.name])
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module at the new path is already imported."""
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` (once); the regular finders still come first."""
+    if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
+        sys.meta_path.append(MovedModules())
