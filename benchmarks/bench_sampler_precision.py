@@ -40,14 +40,17 @@ def measure(dtype: str, new_tokens: int, seed: int) -> dict[str, Any]:
     """One process: train a step in ``dtype``, then the mismatch of each path for adapter and base rows."""
     import lightning as L
     import torch
-
-    from agon_lightning import decode
-    from agon_lightning import rollout as rollout_module
-    from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
     from agon_lightning.module import AgonModule, GRPOOptions
     from agon_lightning.policy import BASE_ADAPTER, generating
+
+    from agon_lightning import decode
+    from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
     from agon_lightning.rewards import RoleRewards
     from agon_lightning.rollout import HFRollout
+
+    # The module that defines HFRollout (and calls stop_token_ids): ``agon_lightning.rollout`` in older
+    # revisions, ``agon_lightning.rollout.hf`` now; patching the package would not reach it.
+    rollout_module = sys.modules[HFRollout.__module__]
     from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
     torch.set_num_threads(1)
