@@ -59,12 +59,16 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from agon_lightning.deploy.bundle import atomic_directory, save_bundle
+from agon_lightning.names import ADAPTERS, ALPHA, BETA
 from agon_lightning.strategies import full_tensors
 
 from .interrupt import Interrupted, StopSignals
 
 RNG_KEY = "rng_states"
 PARTIAL_SUFFIX = ".partial"
+# ``drafter`` choices: the evaluator's pick, the better cascade, or an adapter by name. The
+# ``Literal`` on the constructor spells them out for the CLI; a test holds it equal to this.
+DRAFTER_CHOICES: tuple[str, ...] = ("deployed", "auto", *ADAPTERS)
 
 
 def collect_rng_states() -> dict[str, Any]:
@@ -179,8 +183,8 @@ class AgonCheckpoint(Checkpoint):
     ) -> None:
         if every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
-        if drafter not in ("deployed", "auto", "alpha", "beta"):
-            raise ValueError(f"drafter must be 'deployed', 'auto', 'alpha' or 'beta', got {drafter!r}")
+        if drafter not in DRAFTER_CHOICES:
+            raise ValueError(f"drafter must be one of {DRAFTER_CHOICES}, got {drafter!r}")
         if stop_timeout_s is not None and stop_timeout_s <= 0:
             raise ValueError(f"stop_timeout_s must be > 0 or null, got {stop_timeout_s}")
         if mode not in ("max", "min"):
@@ -394,7 +398,7 @@ class AgonCheckpoint(Checkpoint):
             return self.drafter
         ab = trainer.callback_metrics.get("val/cascade_ab/pass@1")
         ba = trainer.callback_metrics.get("val/cascade_ba/pass@1")
-        return "beta" if ab is not None and ba is not None and float(ba) > float(ab) else "alpha"
+        return BETA if ab is not None and ba is not None and float(ba) > float(ab) else ALPHA
 
     def save(self, trainer: L.Trainer, filepath: str) -> None:
         """Write the resume state to ``filepath`` atomically, and the adapter bundle beside it.

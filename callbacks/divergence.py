@@ -39,6 +39,7 @@ from agon_lightning.adapters.policy import (
     output_weight,
     using,
 )
+from agon_lightning.names import BASE
 from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
@@ -225,8 +226,8 @@ class DivergenceMonitor(L.Callback):
             hidden = {}
             for name in [None, *names]:
                 with using(policy, name, trainable):
-                    hidden[name or "base"] = completion_hidden_states(policy, *args)
-        pairs = [(f"kl_{n}_base", n, "base") for n in names]
+                    hidden[name or BASE] = completion_hidden_states(policy, *args)
+        pairs = [(f"kl_{n}_{BASE}", n, BASE) for n in names]
         if len(names) == 2:
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]
         head = whole_parameter(policy, output_weight(policy))  # a shard under ZeRO-3: every rank gathers

@@ -45,6 +45,7 @@ from agon_lightning.adapters.policy import (
     using,
 )
 from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.names import ALPHA
 from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
@@ -676,7 +677,7 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
     """The per-step game metrics (accuracy, reward, conversion and regression, lengths)."""
     d = record.draft
     metrics = {
-        "train/drafter": float(d.adapter != "alpha"),
+        "train/drafter": float(d.adapter != ALPHA),
         "train/draft/reward": _mean(d.rewards),
         "train/draft/accuracy": _mean(d.correct),
         "train/draft/length": _mean(d.rollouts.lengths),
