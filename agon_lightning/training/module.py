@@ -31,7 +31,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.policy import (
-    BASE_ADAPTER,
     LoraOptions,
     adapter_parameters,
     attach_adapters,
@@ -334,9 +333,10 @@ class AgonModule(L.LightningModule):
         self, adapters: list[str | None], prompts: list[str], greedy: bool = False
     ) -> RolloutBatch:
         """One sample per prompt, prompt ``i`` with ``adapters[i]`` (``None`` = the base), in one batch."""
-        names = [BASE_ADAPTER if a is None else a for a in adapters]
         with generating(self.policy), self._sampling_weights():
-            return self.rollout.generate(self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=names)
+            return self.rollout.generate(
+                self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=adapters
+            )
 
     def _sampling_weights(self) -> Any:
         """Around one rollout: the whole model gathered once under sharding, unless the backend keeps its own.
