@@ -63,6 +63,7 @@ from agon_lightning.names import ADAPTERS, ALPHA, BETA
 from agon_lightning.strategies import full_tensors
 
 from .interrupt import Interrupted, StopSignals
+from .protocol import AgonModuleView
 
 RNG_KEY = "rng_states"
 PARTIAL_SUFFIX = ".partial"
@@ -393,7 +394,8 @@ class AgonCheckpoint(Checkpoint):
     def drafter_for_bundle(self, trainer: L.Trainer) -> str:
         """The adapter that drafts in the bundle written now (see ``drafter``)."""
         if self.drafter == "deployed":
-            return trainer.lightning_module.evaluator.deployed_drafter
+            module: AgonModuleView = trainer.lightning_module
+            return module.evaluator.deployed_drafter
         if self.drafter != "auto":
             return self.drafter
         ab = trainer.callback_metrics.get("val/cascade_ab/pass@1")
@@ -407,7 +409,7 @@ class AgonCheckpoint(Checkpoint):
         """
         partial = os.path.join(os.path.dirname(filepath), f".{os.path.basename(filepath)}{PARTIAL_SUFFIX}")
         trainer.save_checkpoint(partial, self.save_weights_only)
-        module = trainer.lightning_module
+        module: AgonModuleView = trainer.lightning_module
         # Whole adapters on every rank (a collective under sharding), written by rank zero alone.
         adapters = full_tensors(module.policy) if self.bundles else None
         if trainer.is_global_zero:

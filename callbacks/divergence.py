@@ -46,6 +46,7 @@ from agon_lightning.text import extract_answer
 from agon_lightning.training.grpo import LogitHead
 from agon_lightning.types import Verdict
 
+from .protocol import AgonModuleView
 from .run_files import log_step_metrics
 
 LoraFactors = tuple[Tensor, Tensor, float]  # A [r, in], B [out, r], scale
@@ -205,7 +206,7 @@ class DivergenceMonitor(L.Callback):
         self._counts = list(state_dict["counts"])
         self._collapsed_in_a_row = int(state_dict["collapsed_in_a_row"])
 
-    def _probe_batch(self, trainer: L.Trainer, pl_module: Any) -> RolloutBatch:
+    def _probe_batch(self, trainer: L.Trainer, pl_module: AgonModuleView) -> RolloutBatch:
         if self._probes is None:
             problems = list(
                 getattr(trainer.datamodule, "val_problems", None) or pl_module.last_record.problems
@@ -216,7 +217,7 @@ class DivergenceMonitor(L.Callback):
             self._probes = pl_module.sample(None, prompts, 1, greedy=True)
         return self._probes
 
-    def kls(self, trainer: L.Trainer, pl_module: Any) -> dict[str, float]:
+    def kls(self, trainer: L.Trainer, pl_module: AgonModuleView) -> dict[str, float]:
         """``kl_{name}_base`` for each adapter and, for two adapters, ``symmetric_kl``."""
         rb = self._probe_batch(trainer, pl_module)
         policy, names = pl_module.policy, pl_module.adapter_names
@@ -237,7 +238,7 @@ class DivergenceMonitor(L.Callback):
         return out
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: AgonModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         record = pl_module.last_record
         if record is None:

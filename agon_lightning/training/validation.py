@@ -134,6 +134,7 @@ class CascadeEvaluator(nn.Module):
             raise ValueError(f"deployed={deployed!r} is not a trained policy of this run; expected one of "
                              f"{[k for k in self.keys if k not in (BASE, 'moa')]}")  # fmt: skip
         self.deployed_key = deployed
+        """The key of the policy a bundle deploys (public)."""
         self.stats = {key: POLICY_STATS for key in [BASE, *adapters]}
         self.stats.update({key: CASCADE_STATS for key, _, _ in self.cascades})
         if len(adapters) == 2:
@@ -142,9 +143,12 @@ class CascadeEvaluator(nn.Module):
             {f"{key}__{stat}": MeanMetric() for key, stats in self.stats.items() for stat in stats}
         )
         self.history: list[tuple[int, dict[str, float]]] = []
+        """``(step, {metric: value})`` per finished evaluation, oldest first (public)."""
         self.last_outputs: list[dict[str, Any]] = []
+        """The last validation batch's decoded outputs (public)."""
         self.outcomes: list[dict[str, Any]] = []  # this evaluation's, problem by problem
-        self.last_outcomes: list[dict[str, Any]] = []  # the last finished evaluation's
+        self.last_outcomes: list[dict[str, Any]] = []
+        """The last finished evaluation's outcome rows, problem by problem (public)."""
         self._splits: set[str] = set()
 
     @property
