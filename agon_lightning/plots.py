@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agon_lightning.names import ALPHA, BASE, BETA
+
 STATS = {"pass@1": "pass@1 (greedy)", "length": "completion tokens"}
 SPLIT_TITLES = {"": "held-out", "hard": "hard split"}
 # Fixed colours for the evaluator's keys, so every run's plot reads the same; others take the next free one.
 KNOWN_COLOURS = {
-    "base": "#7f7f7f", "alpha": "#1f77b4", "beta": "#ff7f0e", "cascade_ab": "#2ca02c", "cascade_ba": "#d62728",
+    BASE: "#7f7f7f", ALPHA: "#1f77b4", BETA: "#ff7f0e", "cascade_ab": "#2ca02c", "cascade_ba": "#d62728",
     "cascade_aa": "#9467bd", "moa": "#8c564b",
 }  # fmt: skip
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from agon_lightning.names import ALPHA, BASE
+
 # (variant, reference): each row of the paired-comparison table is variant − reference.
 COMPARISONS = (
     ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "grpo"), ("cooperative", "agon"),
@@ -33,7 +35,7 @@ COMPARISONS = (
 )  # fmt: skip
 SPLITS = (("", "held-out"), ("hard", "hard split"))
 # Variants that train nothing → the evaluator key they report instead of ``deployed``.
-EVAL_ONLY = {"moa_untrained": "moa", "zero_shot": "base"}
+EVAL_ONLY = {"moa_untrained": "moa", "zero_shot": BASE}
 # Variants read from another variant's runs (same training) → (that variant, the key they report).
 DERIVED = {"grpo_self_cascade": ("grpo", "cascade_aa")}
 # RunResult field → the metric it reads at the last evaluation, ``{key}`` the run's policy.
@@ -136,7 +138,7 @@ def resolve_key(run_dir: Path, key: str, rows: list[dict] | None = None) -> str:
     rows = outcome_rows(run_dir) if rows is None else rows
     if key != "deployed" or not rows:
         return key
-    return rows[0].get("deployed") or next(k for k in ("cascade_ab", "cascade_aa", "alpha") if k in rows[0])
+    return rows[0].get("deployed") or next(k for k in ("cascade_ab", "cascade_aa", ALPHA) if k in rows[0])
 
 
 def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, int]]]:

@@ -10,7 +10,8 @@ previous checkpoint as it was:
   its epoch (:class:`~agon_lightning.data.base.ResumableDataLoader`) and every process's
   torch, CUDA, numpy and Python RNG states;
 * ``NAME/``, the adapter bundle: ``alpha/`` and ``beta/`` in PEFT's layout plus ``agon.json``
-  (:func:`agon_lightning.deploy.bundle.save_bundle`).
+  (:func:`agon_lightning.deploy.bundle.save_bundle`), written by the composed
+  :class:`~callbacks.bundle.BundleWriter`.
 
 ``last`` is rewritten every ``every_n_train_steps``; ``best-step=S`` follows ``monitor`` and
 is updated after validation. ``agon fit --ckpt_path last`` resumes (the CLI finds ``last``
@@ -58,9 +59,9 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from agon_lightning.deploy.bundle import atomic_directory, save_bundle
-from agon_lightning.strategies import full_tensors
+from agon_lightning.deploy.bundle import atomic_directory
 
+from .bundle import DRAFTER_CHOICES, BundleWriter, bundle_dir  # noqa: F401  DRAFTER_CHOICES, bundle_dir: this module's API too
 from .interrupt import Interrupted, StopSignals
 
 RNG_KEY = "rng_states"
@@ -89,12 +90,6 @@ def set_rng_states(states: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def bundle_dir(checkpoint_path: str | Path) -> Path:
-    """Where the adapter bundle of ``NAME.ckpt`` lives: ``NAME/`` beside it."""
-    path = Path(checkpoint_path)
-    return path.with_name(path.stem)
 
 
 def publish(partial: str | Path, target: str | Path) -> None:
@@ -179,8 +174,6 @@ class AgonCheckpoint(Checkpoint):
     ) -> None:
         if every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
-        if drafter not in ("deployed", "auto", "alpha", "beta"):
-            raise ValueError(f"drafter must be 'deployed', 'auto', 'alpha' or 'beta', got {drafter!r}")
         if stop_timeout_s is not None and stop_timeout_s <= 0:
             raise ValueError(f"stop_timeout_s must be > 0 or null, got {stop_timeout_s}")
         if mode not in ("max", "min"):
@@ -195,7 +188,7 @@ class AgonCheckpoint(Checkpoint):
         self.save_top_k = save_top_k
         self.save_last = save_last
         self.bundles = bundles
-        self.drafter = drafter
+        self.bundle_writer = BundleWriter(drafter)  # checks ``drafter``
         self.save_on_interrupt = save_on_interrupt
         self.stop_timeout_s = stop_timeout_s
         self.verbose = verbose
@@ -386,15 +379,14 @@ class AgonCheckpoint(Checkpoint):
         self._signals.restore()
 
     # ------------------------------------------------------------------ how
+    @property
+    def drafter(self) -> str:
+        """The ``drafter`` option (kept by the :class:`~callbacks.bundle.BundleWriter`)."""
+        return self.bundle_writer.drafter
+
     def drafter_for_bundle(self, trainer: L.Trainer) -> str:
         """The adapter that drafts in the bundle written now (see ``drafter``)."""
-        if self.drafter == "deployed":
-            return trainer.lightning_module.evaluator.deployed_drafter
-        if self.drafter != "auto":
-            return self.drafter
-        ab = trainer.callback_metrics.get("val/cascade_ab/pass@1")
-        ba = trainer.callback_metrics.get("val/cascade_ba/pass@1")
-        return "beta" if ab is not None and ba is not None and float(ba) > float(ab) else "alpha"
+        return self.bundle_writer.drafter_for(trainer)
 
     def save(self, trainer: L.Trainer, filepath: str) -> None:
         """Write the resume state to ``filepath`` atomically, and the adapter bundle beside it.
@@ -403,13 +395,12 @@ class AgonCheckpoint(Checkpoint):
         """
         partial = os.path.join(os.path.dirname(filepath), f".{os.path.basename(filepath)}{PARTIAL_SUFFIX}")
         trainer.save_checkpoint(partial, self.save_weights_only)
-        module = trainer.lightning_module
         # Whole adapters on every rank (a collective under sharding), written by rank zero alone.
-        adapters = full_tensors(module.policy) if self.bundles else None
+        adapters = self.bundle_writer.gather(trainer) if self.bundles else None
         if trainer.is_global_zero:
             publish(partial, filepath)
             if adapters is not None:
-                save_bundle(module, bundle_dir(filepath), self.drafter_for_bundle(trainer), adapters)
+                self.bundle_writer.write(trainer, filepath, adapters)
         trainer.strategy.barrier("AgonCheckpoint.save")
         self.last_saved_step = trainer.global_step
         if trainer.is_global_zero:
@@ -420,7 +411,7 @@ class AgonCheckpoint(Checkpoint):
         """Delete a checkpoint that is no longer kept, and its bundle."""
         trainer.strategy.remove_checkpoint(filepath)
         if trainer.is_global_zero:
-            shutil.rmtree(bundle_dir(filepath), ignore_errors=True)
+            self.bundle_writer.remove(filepath)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

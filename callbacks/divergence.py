@@ -39,12 +39,14 @@ from agon_lightning.adapters.policy import (
     output_weight,
     using,
 )
+from agon_lightning.names import BASE
 from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
 from agon_lightning.training.grpo import LogitHead
 from agon_lightning.types import Verdict
 
+from .protocol import AgonModuleView
 from .run_files import log_step_metrics
 
 LoraFactors = tuple[Tensor, Tensor, float]  # A [r, in], B [out, r], scale
@@ -204,7 +206,7 @@ class DivergenceMonitor(L.Callback):
         self._counts = list(state_dict["counts"])
         self._collapsed_in_a_row = int(state_dict["collapsed_in_a_row"])
 
-    def _probe_batch(self, trainer: L.Trainer, pl_module: Any) -> RolloutBatch:
+    def _probe_batch(self, trainer: L.Trainer, pl_module: AgonModuleView) -> RolloutBatch:
         if self._probes is None:
             problems = list(
                 getattr(trainer.datamodule, "val_problems", None) or pl_module.last_record.problems
@@ -215,7 +217,7 @@ class DivergenceMonitor(L.Callback):
             self._probes = pl_module.sample(None, prompts, 1, greedy=True)
         return self._probes
 
-    def kls(self, trainer: L.Trainer, pl_module: Any) -> dict[str, float]:
+    def kls(self, trainer: L.Trainer, pl_module: AgonModuleView) -> dict[str, float]:
         """``kl_{name}_base`` for each adapter and, for two adapters, ``symmetric_kl``."""
         rb = self._probe_batch(trainer, pl_module)
         policy, names = pl_module.policy, pl_module.adapter_names
@@ -225,8 +227,8 @@ class DivergenceMonitor(L.Callback):
             hidden = {}
             for name in [None, *names]:
                 with using(policy, name, trainable):
-                    hidden[name or "base"] = completion_hidden_states(policy, *args)
-        pairs = [(f"kl_{n}_base", n, "base") for n in names]
+                    hidden[name or BASE] = completion_hidden_states(policy, *args)
+        pairs = [(f"kl_{n}_{BASE}", n, BASE) for n in names]
         if len(names) == 2:
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]
         head = whole_parameter(policy, output_weight(policy))  # a shard under ZeRO-3: every rank gathers
@@ -236,7 +238,7 @@ class DivergenceMonitor(L.Callback):
         return out
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: AgonModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         record = pl_module.last_record
         if record is None:

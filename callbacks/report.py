@@ -10,6 +10,7 @@ import lightning as L
 from agon_lightning.plots import plot_validation
 from agon_lightning.report import start_end_table
 
+from .protocol import AgonModuleView
 from .run_files import RunDir
 
 
@@ -28,10 +29,10 @@ class ValidationReport(L.Callback):
         self.filename = filename
         self._run_dir = RunDir()
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: AgonModuleView, stage: str) -> None:
         self._run_dir.locate(trainer)  # a collective: here, on every rank
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, pl_module: AgonModuleView) -> None:
         history = getattr(getattr(pl_module, "evaluator", None), "history", [])
         out = self._run_dir.locate(trainer)
         if not trainer.is_global_zero or not history:
@@ -43,7 +44,7 @@ class ValidationReport(L.Callback):
         write_outcomes(out, pl_module.evaluator.last_outcomes)
         print(f"\nHeld-out validation, start vs end (greedy pass@1, mean tokens):\n{table}\nplot: {plot}\n")
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: AgonModuleView) -> None:
         if trainer.state.fn != "validate":
             return
         out = self._run_dir.locate(trainer)  # located in setup, on every rank

@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from .protocol import AgonModuleView
 from .run_files import RunDir, append_jsonl
 
 FILENAME = "samples.jsonl"
@@ -99,11 +100,11 @@ class SampleTable(L.Callback):
         self.filename = filename
         self._run_dir = RunDir()
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: AgonModuleView, stage: str) -> None:
         self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: AgonModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         record = pl_module.last_record
         if record is None or record.step % self.every_n_steps:

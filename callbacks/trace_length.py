@@ -32,6 +32,7 @@ from torch import Tensor
 
 from agon_lightning.text import after_thinking, remove_final_answer, thinking_part
 
+from .protocol import AgonModuleView
 from .run_files import RunDir, append_jsonl, log_step_metrics, read_jsonl
 
 FILENAME = "trace_lengths.jsonl"
@@ -93,7 +94,7 @@ class TraceLengthMonitor(L.Callback):
         self._val_texts: dict[str, list[str]] = defaultdict(list)
         self._run_dir = RunDir()
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: AgonModuleView, stage: str) -> None:
         self._run_dir.locate(trainer)  # a collective: here, on every rank
 
     def _write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
@@ -101,7 +102,7 @@ class TraceLengthMonitor(L.Callback):
             append_jsonl(trainer, self._run_dir.locate(trainer), self.filename, rows)
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: AgonModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         record = pl_module.last_record
         if record is None or record.step % self.every_n_steps:
@@ -118,11 +119,11 @@ class TraceLengthMonitor(L.Callback):
         log_step_metrics(trainer, {f"trace/{r['role']}/{k}": r[k] for r in rows for k in STATS}, record.step)
         self._write(trainer, rows)
 
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: AgonModuleView) -> None:
         self._val_texts.clear()
 
     def on_validation_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        self, trainer: L.Trainer, pl_module: AgonModuleView, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
         if not self.validation or trainer.sanity_checking:
@@ -131,7 +132,7 @@ class TraceLengthMonitor(L.Callback):
             for key, out in sample.items():
                 self._val_texts[key].append(out["text"])
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: AgonModuleView) -> None:
         if not self._val_texts:
             return
         budget = pl_module.rollout.max_new_tokens

@@ -86,7 +86,7 @@ def test_switching_through_the_boundary_keeps_both_adapters_trainable_and_restor
     layers = peft.lora_layers(model)
     before = [peft.switch_state(layer) for layer in layers]
     with peft.layers_off(model, layers):
-        assert peft.active_adapter(model) == peft.BASE_ADAPTER
+        assert peft.active_adapter(model) is None  # adapters off: None, as in every signature of ours
     assert [peft.switch_state(layer) for layer in layers] == before
 
 
@@ -116,3 +116,35 @@ def test_no_module_outside_the_boundary_touches_peft_internals():
             ):
                 offenders.append(f"{path.name}:{node.lineno} .forward = ...")
     assert not offenders, offenders
+
+
+def test_active_adapter_and_current_adapter_agree_in_every_state():
+    from agon_lightning.rollout.decode_loop import current_adapter
+
+    model = tiny_peft()
+    trainable = [p for n, p in model.named_parameters() if "lora_" in n]
+    seen = []
+    for name in ("alpha", "beta"):
+        peft.activate(model, name, trainable)
+        seen.append((peft.active_adapter(model), current_adapter(model)))
+    with peft.layers_off(model, peft.lora_layers(model)):
+        seen.append((peft.active_adapter(model), current_adapter(model)))
+    assert seen == [("alpha", "alpha"), ("beta", "beta"), (None, None)]
+    assert current_adapter(nn.Linear(2, 2)) is None  # a plain model: no adapter applies
+    with pytest.raises(ValueError, match="Linear has no LoRA layers"):
+        peft.active_adapter(nn.Linear(2, 2))
+
+
+def test_peft_name_for_the_base_is_translated_at_the_boundary():
+    assert peft.peft_names(["alpha", None, "beta"]) == ["alpha", peft.BASE_ADAPTER, "beta"]
+    assert [peft.our_name(n) for n in peft.peft_names(["alpha", None])] == ["alpha", None]
+
+
+def test_peft_name_for_the_base_is_spelled_only_in_the_boundary():
+    spelled = [
+        str(path.relative_to(ROOT))
+        for path in ROOT.rglob("*.py")
+        if path.name not in ("peft_boundary.py", "names.py")  # names.py states the rule
+        and ("__base__" in path.read_text() or "BASE_ADAPTER" in path.read_text())
+    ]
+    assert spelled == ["adapters/policy.py"], spelled  # policy.py re-exports it for old imports only

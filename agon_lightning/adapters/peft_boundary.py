@@ -282,8 +282,8 @@ def restore_trainable(trainable: list[nn.Parameter] | None) -> None:
         p.requires_grad_(True)
 
 
-def active_adapter(model: nn.Module) -> str:
-    """The adapter ``model``'s LoRA layers apply now: :data:`BASE_ADAPTER` when they are off.
+def active_adapter(model: nn.Module) -> str | None:
+    """The adapter ``model``'s LoRA layers apply now: ``None`` when they are off.
 
     Raises:
         ValueError: ``model`` has no adapter layers.
@@ -291,4 +291,14 @@ def active_adapter(model: nn.Module) -> str:
     layer = next(iter(tuner_layers(model)), None)
     if layer is None:
         raise ValueError(f"{type(model).__name__} has no LoRA layers")
-    return BASE_ADAPTER if layer.disable_adapters else layer.active_adapters[0]
+    return None if layer.disable_adapters else layer.active_adapters[0]
+
+
+def our_name(name: str | None) -> str | None:
+    """An adapter name as our signatures spell it: ``None`` for adapters off (PEFT's :data:`BASE_ADAPTER` too)."""
+    return None if name == BASE_ADAPTER else name
+
+
+def peft_names(names: list[str | None]) -> list[str]:
+    """Per-row adapter names as PEFT's mixed-adapter batch reads them: :data:`BASE_ADAPTER` for ``None``."""
+    return [BASE_ADAPTER if name is None else name for name in names]

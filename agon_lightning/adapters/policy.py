@@ -33,6 +33,7 @@ from agon_lightning.adapters.shared_prompt import (
     shares_prompts,
 )
 from agon_lightning.config_files import PREFIX as EMBEDDED_PREFIX  # agon:NAME, a shipped model
+from agon_lightning.names import BETA
 from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
 from agon_lightning.training.grpo import LogitHead
 
@@ -132,10 +133,10 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
     model = get_peft_model(base, config, adapter_name=names[0])
     for name in names[1:]:
         model.add_adapter(name, config)
-    if "beta" in names and opts.beta_init_std > 0:
+    if BETA in names and opts.beta_init_std > 0:
         generator = torch.Generator().manual_seed(opts.init_seed)
         for pname, param in model.named_parameters():
-            if ".lora_B.beta." in pname:
+            if f".lora_B.{BETA}." in pname:
                 noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
                 param.data.copy_(noise.to(param.dtype))
     install(model)

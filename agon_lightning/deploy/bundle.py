@@ -31,6 +31,7 @@ from typing import Any
 
 from agon_lightning.adapters.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
 from agon_lightning.errors import CommandParser
+from agon_lightning.names import ALPHA
 
 BUNDLE_FILE = "agon.json"
 FORMAT_VERSION = 1
@@ -60,7 +61,7 @@ def build_component(spec: dict[str, Any]) -> Any:
     return cls(**spec.get("init_args", {}))
 
 
-def bundle_metadata(module: Any, drafter: str = "alpha") -> dict[str, Any]:
+def bundle_metadata(module: Any, drafter: str = ALPHA) -> dict[str, Any]:
     """``agon.json`` for an :class:`AgonModule`."""
     if drafter not in module.adapter_names:
         raise ValueError(f"drafter must be one of {module.adapter_names}, got {drafter!r}")
@@ -100,7 +101,7 @@ def atomic_directory(target: Path, write: Any) -> Path:
 
 
 def save_bundle(
-    module: Any, path: str | Path, drafter: str = "alpha", state_dict: dict[str, Any] | None = None
+    module: Any, path: str | Path, drafter: str = ALPHA, state_dict: dict[str, Any] | None = None
 ) -> Path:
     """Write both adapters and ``agon.json`` to ``path`` atomically.
 

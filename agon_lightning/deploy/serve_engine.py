@@ -29,6 +29,7 @@ from agon_lightning.adapters.policy import sample_with
 from agon_lightning.deploy.cascade import Cascade
 from agon_lightning.deploy.serve_api import APIError
 from agon_lightning.deploy.serve_stream import StreamingHFRollout, TextDeltas, cut_at_stop
+from agon_lightning.names import BASE
 from agon_lightning.pipeline import challenge_prompts
 from agon_lightning.rollout.hf import HFRollout, Rollout, RolloutBatch, stop_token_ids
 from agon_lightning.training.validation import cascade_pairs
@@ -55,7 +56,7 @@ def served_models(cascade: Cascade) -> tuple[dict[str, ServedModel], str]:
     cascades = [ServedModel(key, d, a) for key, d, a in cascade_pairs(cascade.adapters, "agon")]
     default = next(m.name for m in cascades if m.drafter == cascade.drafter)
     models = sorted(cascades, key=lambda m: m.name != default)
-    models += [ServedModel(a, None, a) for a in cascade.adapters] + [ServedModel("base", None, None)]
+    models += [ServedModel(a, None, a) for a in cascade.adapters] + [ServedModel(BASE, None, None)]
     return {m.name: m for m in models}, default
 
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from agon_lightning.deploy.serve_api import APIError
 from agon_lightning.deploy.serve_engine import Choice, Job, Result
 from agon_lightning.deploy.serve_queue import BatchQueue
+from agon_lightning.names import BASE
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def usage(job: Job, result: Result) -> dict[str, Any]:
 def agon_field(job: Job, choice: Choice) -> dict[str, Any]:
     """The ``agon`` extension of a choice: who drafted and answered, the draft and the summary read."""
     return {
-        "drafter": job.model.drafter, "answerer": job.model.answerer or "base", "draft": choice.draft,
+        "drafter": job.model.drafter, "answerer": job.model.answerer or BASE, "draft": choice.draft,
         "summary": choice.summary, "draft_tokens": choice.draft_tokens, "draft_truncated": choice.draft_truncated,
     }  # fmt: skip
 

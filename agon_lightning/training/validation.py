@@ -39,11 +39,12 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
+from agon_lightning.names import ALPHA, BASE, BETA
 from agon_lightning.pipeline import MixedPlayer, challenge_prompts
 from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.types import Problem
 
-ADAPTER_KEY = {"alpha": "a", "beta": "b"}
+ADAPTER_KEY = {ALPHA: "a", BETA: "b"}
 SPLIT = "split"  # Problem.metadata key naming a held-out split; absent: the main one
 OVERLAP = "overlap"
 POLICY_STATS = ("pass@1", "length", "cost/total_tokens", "cost/wall_s")
@@ -124,16 +125,17 @@ class CascadeEvaluator(nn.Module):
         self.adapters = adapters
         self.cascades = cascade_pairs(adapters, game, self_cascade)
         if moa:  # the base drafts, the base answers after reading the summary
-            self.cascades.append(("moa", "base", "base"))
-        self.keys = ["base", *adapters, *(key for key, _, _ in self.cascades)]
+            self.cascades.append(("moa", BASE, BASE))
+        self.keys = [BASE, *adapters, *(key for key, _, _ in self.cascades)]
         if deployed is None:
-            trained = [key for key, drafter, _ in self.cascades if drafter != "base"]
+            trained = [key for key, drafter, _ in self.cascades if drafter != BASE]
             deployed = adapters[0] if game == "grpo" or not trained else trained[0]
-        if deployed not in self.keys or deployed == "base":
+        if deployed not in self.keys or deployed == BASE:
             raise ValueError(f"deployed={deployed!r} is not a trained policy of this run; expected one of "
-                             f"{[k for k in self.keys if k not in ('base', 'moa')]}")  # fmt: skip
+                             f"{[k for k in self.keys if k not in (BASE, 'moa')]}")  # fmt: skip
         self.deployed_key = deployed
-        self.stats = {key: POLICY_STATS for key in ["base", *adapters]}
+        """The key of the policy a bundle deploys (public)."""
+        self.stats = {key: POLICY_STATS for key in [BASE, *adapters]}
         self.stats.update({key: CASCADE_STATS for key, _, _ in self.cascades})
         if len(adapters) == 2:
             self.stats[OVERLAP] = OVERLAP_STATS
@@ -141,9 +143,12 @@ class CascadeEvaluator(nn.Module):
             {f"{key}__{stat}": MeanMetric() for key, stats in self.stats.items() for stat in stats}
         )
         self.history: list[tuple[int, dict[str, float]]] = []
+        """``(step, {metric: value})`` per finished evaluation, oldest first (public)."""
         self.last_outputs: list[dict[str, Any]] = []
+        """The last validation batch's decoded outputs (public)."""
         self.outcomes: list[dict[str, Any]] = []  # this evaluation's, problem by problem
-        self.last_outcomes: list[dict[str, Any]] = []  # the last finished evaluation's
+        self.last_outcomes: list[dict[str, Any]] = []
+        """The last finished evaluation's outcome rows, problem by problem (public)."""
         self._splits: set[str] = set()
 
     @property
@@ -180,9 +185,7 @@ class CascadeEvaluator(nn.Module):
     def _generate(self, module: MixedPlayer, adapter: str, prompts: list[str]) -> tuple[RolloutBatch, float]:
         """Greedy completions of ``prompts`` with ``adapter`` alone (``base``: adapters off), and the seconds taken."""
         start = time.perf_counter()
-        rb = module.sample_mixed(
-            [None if adapter == "base" else adapter] * len(prompts), prompts, greedy=True
-        )
+        rb = module.sample_mixed([None if adapter == BASE else adapter] * len(prompts), prompts, greedy=True)
         return rb, time.perf_counter() - start
 
     @torch.no_grad()
@@ -191,7 +194,7 @@ class CascadeEvaluator(nn.Module):
         n, splits = len(problems), [split_of(p) for p in problems]
         prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
         outputs, seconds = {}, {}
-        for key in ["base", *self.adapters]:
+        for key in [BASE, *self.adapters]:
             outputs[key], seconds[key] = self._generate(module, key, prompts)
         for key, drafter, answerer in self.cascades:
             start = time.perf_counter()
@@ -202,7 +205,7 @@ class CascadeEvaluator(nn.Module):
         verdicts = {key: module.verifier.verify_batch(rb.texts, problems) for key, rb in outputs.items()}
         correct = {key: [float(v.correct) for v in vs] for key, vs in verdicts.items()}
         rows: dict[str, list[dict[str, float]]] = {}
-        for key in ["base", *self.adapters]:
+        for key in [BASE, *self.adapters]:
             lengths = outputs[key].lengths.tolist()
             rows[key] = [{"pass@1": correct[key][i], "length": lengths[i], "cost/total_tokens": lengths[i],
                           "cost/wall_s": seconds[key] / n} for i in range(n)]  # fmt: skip
