@@ -171,7 +171,8 @@ class Rollout(ABC):
 
 
 class HFRollout(Rollout):
-    """Batched ``model.generate`` with the KV cache.
+    """Sampling on the training model itself: our fused decode loop for Llama-family models,
+    batched ``model.generate`` with the KV cache for everything else.
 
     Args:
         max_new_tokens: Completion budget; longer completions are truncated.
