@@ -39,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "Summarizer": "agon_lightning.summarizers.base",
     "Reward": "agon_lightning.rewards",
     "RoleRewards": "agon_lightning.rewards",
-    "Rollout": "agon_lightning.rollout.hf",
-    "RolloutBatch": "agon_lightning.rollout.hf",
+    "Rollout": "agon_lightning.rollout.base",
+    "RolloutBatch": "agon_lightning.rollout.base",
     # data modules
     "ProblemDataModule": "agon_lightning.data.base",
     "ReasoningGymDataModule": "agon_lightning.data.reasoning_gym",

@@ -22,6 +22,7 @@ from typing import Any
 MOVED: dict[str, str] = {
     "agon_lightning.decode": "agon_lightning.rollout.decode_loop",
     "agon_lightning.vllm_rollout": "agon_lightning.rollout.vllm",
+    "agon_lightning.sampling": "agon_lightning.rollout.sampling",
     "agon_lightning.fast_lora": "agon_lightning.adapters.fast_lora",
     "agon_lightning.policy": "agon_lightning.adapters.policy",
     "agon_lightning.shared_prompt": "agon_lightning.adapters.shared_prompt",

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout.hf import RolloutBatch
+from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.text import extract_answer
 from agon_lightning.types import Problem, Verdict

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 
 from agon_lightning.formats import FormatCheck
 from agon_lightning.rewards import Reward
-from agon_lightning.rollout.hf import Rollout
+from agon_lightning.rollout.base import Rollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.verifiers.base import Verifier
 

@@ -40,11 +40,11 @@ def measure(dtype: str, new_tokens: int, seed: int) -> dict[str, Any]:
     """One process: train a step in ``dtype``, then the mismatch of each path for adapter and base rows."""
     import lightning as L
     import torch
-    from agon_lightning.module import AgonModule, GRPOOptions
-    from agon_lightning.policy import BASE_ADAPTER, generating
 
     from agon_lightning import decode
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+    from agon_lightning.module import AgonModule, GRPOOptions
+    from agon_lightning.policy import BASE_ADAPTER, generating
     from agon_lightning.rewards import RoleRewards
     from agon_lightning.rollout import HFRollout
 

@@ -40,7 +40,7 @@ from agon_lightning.adapters.policy import (
     using,
 )
 from agon_lightning.names import BASE
-from agon_lightning.rollout.hf import RolloutBatch
+from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
 from agon_lightning.training.grpo import LogitHead

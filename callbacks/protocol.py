@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from agon_lightning.prompts import Prompts
-    from agon_lightning.rollout.hf import Rollout, RolloutBatch
+    from agon_lightning.rollout.base import Rollout, RolloutBatch
     from agon_lightning.training.module import StepRecord
 
 

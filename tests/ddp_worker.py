@@ -21,11 +21,11 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from agon_lightning.callbacks import AgonCheckpoint
 from reference import SGDMomentum
 from scripted import ScriptedRollout
 
 from agon_lightning.adapters.policy import LoraOptions
+from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.game_cli import release_process_group
 from agon_lightning.prompts import Prompts

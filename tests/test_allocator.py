@@ -49,8 +49,10 @@ def _probe(mode: str, **env: str) -> dict:
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
     default, reused = _probe("default"), _probe("reuse")
     assert reused["applied"] and not default["applied"]
-    assert default["faults"] > 100_000  # glibc unmaps and trims, then faults the pages in again
-    assert reused["faults"] < default["faults"] / 4  # measured: 9,000-19,000 against 237,000-288,000
+    # glibc unmaps and trims, then faults the pages in again: 237,000-356,000 on an idle machine,
+    # 98,000 with both cores busy (another process's use of memory changes what glibc trims)
+    assert default["faults"] > 20_000
+    assert reused["faults"] < default["faults"] / 4  # measured: 9,000-19,000 (0 under load) against the above
 
 
 def test_agon_malloc_default_leaves_the_allocator_alone():

@@ -11,13 +11,13 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from agon_lightning.callbacks import AgonCheckpoint
-from agon_lightning.callbacks.checkpoint import bundle_dir, collect_rng_states, set_rng_states
-from agon_lightning.callbacks.interrupt import StopSignals
 from lightning.pytorch.loggers import CSVLogger
 from test_resume import EvenLengthVerifier
 
 from agon_lightning.adapters.policy import LoraOptions
+from agon_lightning.callbacks import AgonCheckpoint
+from agon_lightning.callbacks.checkpoint import bundle_dir, collect_rng_states, set_rng_states
+from agon_lightning.callbacks.interrupt import StopSignals
 from agon_lightning.data.base import EpochShuffleSampler, ResumableDataLoader
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.deploy.bundle import read_bundle

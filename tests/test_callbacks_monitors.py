@@ -8,6 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build_char_tokenizer
+
+from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import DivergenceMonitor, SampleTable, TraceLengthMonitor, plot_trace_lengths
 from agon_lightning.callbacks.divergence import (
     answer_counts,
@@ -18,9 +21,6 @@ from agon_lightning.callbacks.divergence import (
 )
 from agon_lightning.callbacks.samples import markdown_table, sample_rows
 from agon_lightning.callbacks.trace_length import length_stats, summary_part, text_stats
-from conftest import build_char_tokenizer
-
-from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.rollout.hf import RolloutBatch
 from agon_lightning.text import extract_answer
 from agon_lightning.training.module import AgonModule, RoleRollout, StepRecord

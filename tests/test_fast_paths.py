@@ -22,6 +22,7 @@ from agon_lightning.adapters.shared_prompt import (
     shares_prompts,
 )
 from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.rollout.merged import merged_for_sampling
 
 LORA = LoraOptions(r=4, alpha=8, beta_init_std=0.2)
 
@@ -68,7 +69,7 @@ def test_merged_sampling_never_writes_the_base_and_never_reaches_a_backward(poli
     ids = torch.randint(0, 90, (2, 9))
     with torch.no_grad():
         unmerged = policy(input_ids=ids).logits
-    with fast_lora.merged_for_sampling(policy, "beta") as merged:
+    with merged_for_sampling(policy, "beta") as merged:
         assert merged
         with torch.no_grad():
             sampled = policy(input_ids=ids).logits
@@ -90,7 +91,7 @@ def test_merged_copy_is_not_used_once_the_adapters_change(policy):
         with policy.disable_adapter():
             base = policy(input_ids=ids).logits
         policy.set_adapter("beta")
-        with fast_lora.merged_for_sampling(policy, "beta"):
+        with merged_for_sampling(policy, "beta"):
             policy.set_adapter("alpha")
             assert torch.equal(policy(input_ids=ids).logits, alpha)  # the LoRA path of the new adapter
             with policy.disable_adapter():
@@ -124,11 +125,11 @@ def test_base_only_without_peft_walks_gives_the_base_and_restores_every_flag(pol
 
 
 def test_no_merge_for_the_base_nor_for_sharded_weights(policy):
-    with fast_lora.merged_for_sampling(policy, None) as merged:
+    with merged_for_sampling(policy, None) as merged:
         assert not merged
     layer = fast_lora.lora_layers(policy)[0]
     layer.base_layer.weight = nn.Parameter(torch.empty(0), requires_grad=False)  # as ZeRO-3 leaves it
-    with pytest.warns(UserWarning, match="sharded"), fast_lora.merged_for_sampling(policy, "alpha") as merged:
+    with pytest.warns(UserWarning, match="sharded"), merged_for_sampling(policy, "alpha") as merged:
         assert not merged
 
 

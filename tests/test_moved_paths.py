@@ -40,6 +40,20 @@ OLD_ROLLOUT_NAMES = [
     "encode_prompts",
 ]
 
+# names that modules defined before they moved to another module: old dotted name → new one
+OLD_NAMES = {
+    "agon_lightning.adapters.fast_lora.merged_for_sampling": "agon_lightning.rollout.merged.merged_for_sampling",
+    "agon_lightning.fast_lora.merged_for_sampling": "agon_lightning.rollout.merged.merged_for_sampling",
+    "agon_lightning.rollout.hf.Rollout": "agon_lightning.rollout.base.Rollout",
+    "agon_lightning.rollout.hf.RolloutBatch": "agon_lightning.rollout.base.RolloutBatch",
+    "agon_lightning.rollout.hf.stop_token_ids": "agon_lightning.rollout.base.stop_token_ids",
+    "agon_lightning.rollout.hf.completion_mask": "agon_lightning.rollout.base.completion_mask",
+    "agon_lightning.rollout.hf.encode_prompts": "agon_lightning.rollout.base.encode_prompts",
+    "agon_lightning.sampling.LogprobRecorder": "agon_lightning.rollout.sampling.LogprobRecorder",
+    "agon_lightning.sampling.is_sharded": "agon_lightning.rollout.sampling.is_sharded",
+    "agon_lightning.Rollout": "agon_lightning.rollout.base.Rollout",
+}
+
 
 def load(path: str) -> object:
     module, _, name = path.rpartition(".")
@@ -61,6 +75,7 @@ def test_the_old_rollout_module_names_resolve_from_the_rollout_package(name):
     import agon_lightning.rollout.hf as hf
 
     assert getattr(package, name) is getattr(hf, name)
+    assert name in hf.__all__  # ``from agon_lightning.rollout.hf import *`` still gives it
 
 
 def test_an_unknown_name_of_the_rollout_package_is_an_attribute_error_naming_it():
@@ -68,6 +83,18 @@ def test_an_unknown_name_of_the_rollout_package_is_an_attribute_error_naming_it(
 
     with pytest.raises(AttributeError, match="'Nope'"):
         package.Nope  # noqa: B018
+
+
+@pytest.mark.parametrize("old", sorted(OLD_NAMES))
+def test_each_name_that_moved_to_another_module_loads_from_its_old_one(old):
+    assert load(old) is load(OLD_NAMES[old])
+
+
+def test_an_unknown_name_of_fast_lora_is_an_attribute_error_naming_it():
+    from agon_lightning.adapters import fast_lora
+
+    with pytest.raises(AttributeError, match="'merged_for_nothing'"):
+        fast_lora.merged_for_nothing  # noqa: B018
 
 
 @pytest.mark.parametrize("old", sorted(OLD_CLASS_PATHS))

@@ -12,11 +12,13 @@ import lightning as L
 import pytest
 import torch
 
-from agon_lightning import decode, fast_lora
+from agon_lightning.adapters import fast_lora
 from agon_lightning.adapters.policy import BASE_ADAPTER, generating
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.rewards import RoleRewards
-from agon_lightning.rollout import HFRollout
+from agon_lightning.rollout import decode_loop as decode
+from agon_lightning.rollout import merged as merged_weights
+from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.training.grpo import logprob_mismatch
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
@@ -93,7 +95,7 @@ def test_bf16_adapter_mismatch_is_within_the_bases(bf16, fused):
 def test_bf16_generate_does_not_merge_the_adapter(bf16):
     fast_lora.install(bf16.policy)
     bf16.policy.set_adapter("alpha")
-    with fast_lora.merged_for_sampling(bf16.policy, "alpha") as merged:
+    with merged_weights.merged_for_sampling(bf16.policy, "alpha") as merged:
         assert merged is False
 
 
@@ -109,7 +111,7 @@ def test_an_fsdp2_dtensor_weight_counts_as_sharded(tmp_path):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from agon_lightning.sampling import is_sharded
+    from agon_lightning.rollout.sampling import is_sharded
 
     own_group = not dist.is_initialized()  # another test of the session may have started one
     if own_group:
@@ -124,7 +126,7 @@ def test_an_fsdp2_dtensor_weight_counts_as_sharded(tmp_path):
         assert tuple(sharded.shape) == tuple(whole.shape) and is_sharded(sharded, tuple(whole.shape))
         layer.get_base_layer().weight = torch.nn.Parameter(sharded, requires_grad=False)
         assert decode.unsupported(module.policy, {}) == "merged or sharded adapter layers"
-        assert fast_lora._sharded(layer)
+        assert merged_weights._sharded(layer)
     finally:
         if own_group:
             dist.destroy_process_group()

@@ -9,12 +9,12 @@ import sys
 import lightning as L
 import pytest
 import torch
-from agon_lightning.callbacks import AgonCheckpoint
 from reference import lora_weights
 from scripted import ScriptedRollout
 from test_training_paths import CASES, ZeroIsRight, case_id
 
 from agon_lightning.adapters.policy import LoraOptions
+from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.rewards import CompetitiveReward
 from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts, exchange_rates

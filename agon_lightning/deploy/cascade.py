@@ -28,7 +28,7 @@ from agon_lightning.data.files import ProblemFields, row_to_problem
 from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
 from agon_lightning.pipeline import CascadeResult, CascadeSample, solve_batch
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout.hf import Rollout, RolloutBatch
+from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.base import Verifier

@@ -31,7 +31,8 @@ from agon_lightning.deploy.serve_api import APIError
 from agon_lightning.deploy.serve_stream import StreamingHFRollout, TextDeltas, cut_at_stop
 from agon_lightning.names import BASE
 from agon_lightning.pipeline import challenge_prompts
-from agon_lightning.rollout.hf import HFRollout, Rollout, RolloutBatch, stop_token_ids
+from agon_lightning.rollout.base import Rollout, RolloutBatch, stop_token_ids
+from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.training.validation import cascade_pairs
 from agon_lightning.types import Problem
 

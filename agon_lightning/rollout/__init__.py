@@ -1,9 +1,15 @@
 """Sampling: the ``Rollout`` interface and its backends.
 
-- :mod:`~agon_lightning.rollout.hf`: the ``Rollout`` interface, ``RolloutBatch`` and the
-  Hugging Face backend (``HFRollout``), which samples through our own decode loop;
-- :mod:`~agon_lightning.rollout.decode_loop`: that loop (token by token, finished rows
+- :mod:`~agon_lightning.rollout.base`: the ``Rollout`` interface, ``RolloutBatch`` and the
+  helpers every backend shares (prompt encoding, stop tokens, the completion mask);
+- :mod:`~agon_lightning.rollout.hf`: the Hugging Face backend (``HFRollout``), sampling on
+  the training model itself;
+- :mod:`~agon_lightning.rollout.decode_loop`: its decode loop (token by token, finished rows
   dropped, the prompt's cache shared across a group);
+- :mod:`~agon_lightning.rollout.merged`: sampling with the active adapter merged into a copy
+  of each weight;
+- :mod:`~agon_lightning.rollout.sampling`: each sampled token's log-prob under the
+  distribution it was drawn from, and what counts as a sharded weight;
 - :mod:`~agon_lightning.rollout.vllm`: the vLLM backend (``VLLMRollout``).
 
 The interface is importable from the package itself (``from agon_lightning.rollout import
@@ -18,12 +24,12 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
-    "Rollout": "agon_lightning.rollout.hf",
-    "RolloutBatch": "agon_lightning.rollout.hf",
+    "Rollout": "agon_lightning.rollout.base",
+    "RolloutBatch": "agon_lightning.rollout.base",
     "HFRollout": "agon_lightning.rollout.hf",
-    "stop_token_ids": "agon_lightning.rollout.hf",
-    "completion_mask": "agon_lightning.rollout.hf",
-    "encode_prompts": "agon_lightning.rollout.hf",
+    "stop_token_ids": "agon_lightning.rollout.base",
+    "completion_mask": "agon_lightning.rollout.base",
+    "encode_prompts": "agon_lightning.rollout.base",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.peft_boundary import active_adapter, our_name
-from agon_lightning.sampling import drawn_logprobs, is_sharded
+from agon_lightning.rollout.sampling import drawn_logprobs, is_sharded
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # a rotary table that depends on the position only

@@ -1,26 +1,35 @@
-"""Sampling completions: the rollout interface and its Hugging Face ``generate`` backend.
+"""The Hugging Face backend: sampling on the training model itself.
 
-A rollout returns everything the update needs — prompt and completion token ids with
-masks — and everything the game needs — decoded texts, lengths, truncation flags — so no
-one re-tokenises text (which would not round-trip exactly).
+:class:`HFRollout` runs our decode loop (:mod:`agon_lightning.rollout.decode_loop`) for
+Llama-family models and ``model.generate`` for the rest, with the active adapter merged for
+sampling where that is exact (:mod:`agon_lightning.rollout.merged`). The interface it
+implements is in :mod:`agon_lightning.rollout.base`; its names are re-exported here, where
+they were defined before the interface had a module of its own.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from agon_lightning.adapters.fast_lora import merged_for_sampling
 from agon_lightning.adapters.peft_boundary import base_model, our_name, peft_names
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 from agon_lightning.rollout import decode_loop as decode
-from agon_lightning.sampling import LogprobRecorder
+from agon_lightning.rollout.base import (
+    Rollout,
+    RolloutBatch,
+    completion_mask,
+    encode_prompts,
+    stop_token_ids,
+)
+from agon_lightning.rollout.merged import merged_for_sampling
+from agon_lightning.rollout.sampling import LogprobRecorder
+
+# the interface's names, importable from here as before the interface had a module of its own
+__all__ = ["HFRollout", "Rollout", "RolloutBatch", "completion_mask", "encode_prompts", "stop_token_ids"]
 
 _SAID: set[str] = set()
 
@@ -30,144 +39,6 @@ def _say_once(message: str) -> None:
     if message not in _SAID:
         _SAID.add(message)
         rank_zero_info(message)
-
-
-@dataclass
-class RolloutBatch:
-    """``B`` sampled completions (B = prompts × samples, samples of a prompt adjacent).
-
-    Attributes:
-        prompt_ids: ``[B, P]`` left-padded prompt ids.
-        prompt_mask: ``[B, P]`` 1 on real prompt tokens.
-        completion_ids: ``[B, T]`` right-padded completion ids (T ≤ max_new_tokens).
-        completion_mask: ``[B, T]`` 1 up to and including the first EOS.
-        texts: Decoded completions, special tokens removed.
-        lengths: ``[B]`` completion tokens (EOS included).
-        truncated: ``[B]`` True where no EOS came within ``max_new_tokens``.
-        logprobs: ``[B, T]`` the sampler's own log-prob of each completion token under the
-            distribution it drew from (after temperature, top-k and top-p; 0 on padding). Every
-            shipped backend reports them; ``None`` only from a backend that cannot.
-    """
-
-    prompt_ids: Tensor
-    prompt_mask: Tensor
-    completion_ids: Tensor
-    completion_mask: Tensor
-    texts: list[str]
-    lengths: Tensor
-    truncated: Tensor
-    logprobs: Tensor | None = None
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def select(self, index: slice) -> RolloutBatch:
-        """Rows ``index`` (for micro-batching)."""
-        return RolloutBatch(
-            self.prompt_ids[index], self.prompt_mask[index], self.completion_ids[index],
-            self.completion_mask[index], self.texts[index], self.lengths[index], self.truncated[index],
-            None if self.logprobs is None else self.logprobs[index],
-        )  # fmt: skip
-
-
-def completion_mask(completion_ids: Tensor, eos_ids: list[int]) -> tuple[Tensor, Tensor]:
-    """``(mask [B, T], truncated [B])``: 1 up to and including the first EOS token."""
-    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
-    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # an EOS strictly earlier
-    return (~seen_before).long(), ~is_eos.any(dim=1)
-
-
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every id that ends a completion: the tokenizer's EOS and each EOS of the model's generation config.
-
-    Qwen3's generation config lists two (``<|im_end|>`` and ``<|endoftext|>``) while its
-    tokenizer names one; a rollout that stopped on the tokenizer's alone would run past the
-    other to ``max_new_tokens`` and be counted as truncated.
-    """
-    ids: list[int] = []
-    config = getattr(model, "generation_config", None)
-    for value in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
-        for i in value if isinstance(value, (list, tuple)) else [value]:
-            if i is not None and int(i) not in ids:
-                ids.append(int(i))
-    if not ids:
-        raise ValueError("neither the tokenizer nor the model's generation config names an EOS token")
-    return ids
-
-
-def encode_prompts(
-    tokenizer: Any, prompts: list[str], num_samples: int, device: Any
-) -> tuple[Tensor, Tensor]:
-    """``(ids [B, P], mask [B, P])``: the prompts left-padded, each repeated ``num_samples`` times in a row.
-
-    No special tokens are added: the prompt templates already hold what the model expects.
-    """
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    ids = enc["input_ids"].repeat_interleave(num_samples, dim=0).to(device)
-    return ids, enc["attention_mask"].repeat_interleave(num_samples, dim=0).to(device)
-
-
-class Rollout(ABC):
-    """Samples ``num_samples`` completions for each prompt with the model's active adapter.
-
-    Attributes:
-        max_new_tokens: The completion budget.
-        keeps_own_weights: ``True`` for a backend that holds its own copy of the base (an
-            inference engine such as vLLM) and reads only the adapters from the model: the module
-            then neither gathers sharded weights for it nor moves the model to a device for it.
-            ``False`` (the default) samples from the trained model itself.
-    """
-
-    max_new_tokens: int
-    # The sampling settings every backend takes (set through _keep_sampling); the trainer reads
-    # ``temperature`` to recompute the sampled tokens' log-probs at the temperature they had.
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0: off
-    keeps_own_weights: bool = False
-
-    @abstractmethod
-    def generate(
-        self,
-        model: Any,
-        tokenizer: Any,
-        prompts: list[str],
-        num_samples: int = 1,
-        greedy: bool = False,
-        adapter_names: list[str | None] | None = None,
-    ) -> RolloutBatch:
-        """Samples for one prompt are adjacent in the result (a GRPO group).
-
-        ``adapter_names`` gives one adapter per prompt (``None`` = adapters off), so
-        several policies sample in one batch (PEFT mixed-adapter inference, eval mode
-        only); ``None`` samples every prompt with the active adapter.
-        """
-
-    def on_weights_updated(self, model: Any, adapter_names: Sequence[str]) -> None:
-        """Called after every optimizer step with the adapters it changed.
-
-        A backend that samples from its own copy of the weights (an inference engine) must
-        bring that copy up to date before it samples again; one that samples from ``model``
-        itself, like :class:`HFRollout`, has nothing to do.
-        """
-        return None  # the default: samples come from ``model`` itself, already current
-
-    def _keep_sampling(self, max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
-        """Keep the sampling settings every backend takes; a ValueError names the first out of range."""
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0 (use greedy=True for greedy decoding), got {temperature}"
-            )
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
 
 
 class HFRollout(Rollout):
@@ -182,7 +53,7 @@ class HFRollout(Rollout):
         max_batch_size: Most sequences per ``generate`` call (0 = all at once).
         merge_adapter: Sample with the active adapter merged into a copy of each adapted weight
             (one matmul per projection instead of three; the copy lives while sampling; not with
-            sharded weights, see :mod:`agon_lightning.adapters.fast_lora`).
+            sharded weights, see :mod:`agon_lightning.rollout.merged`).
         fused_decode: Sample Llama-family models (Qwen3, Qwen2, Llama, Mistral) with our own
             decode loop (fused projections with the adapter merged, a preallocated cache,
             finished rows dropped; :mod:`agon_lightning.rollout.decode_loop`); anything it does not reproduce
@@ -260,10 +131,10 @@ class HFRollout(Rollout):
         """Completions ``[B, T]`` from ``model.generate``, ``max_batch_size`` rows at a time, and their log-probs.
 
         With ``merge_adapter``, the active adapter is merged into a copy of each adapted weight
-        while sampling (:func:`agon_lightning.adapters.fast_lora.merged_for_sampling`, float32 only); a
+        while sampling (:func:`agon_lightning.rollout.merged.merged_for_sampling`, float32 only); a
         mixed-adapter batch runs through PEFT's per-row LoRA. The temperature, top-k and top-p
         warpers run as our own processors, in ``generate``'s order, followed by a
-        :class:`~agon_lightning.sampling.LogprobRecorder`: the log-probs are of the scores drawn from.
+        :class:`~agon_lightning.rollout.sampling.LogprobRecorder`: the log-probs are of the scores drawn from.
         """
         step = self.max_batch_size or ids.shape[0]
         merge = decode.current_adapter(model) if self.merge_adapter and rows is None else None

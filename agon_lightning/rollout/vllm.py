@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from agon_lightning.adapters.peft_boundary import active_adapter, base_model, our_name
-from agon_lightning.rollout.hf import (
+from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
     completion_mask,

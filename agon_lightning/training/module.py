@@ -48,7 +48,8 @@ from agon_lightning.names import ALPHA
 from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
-from agon_lightning.rollout.hf import HFRollout, Rollout, RolloutBatch
+from agon_lightning.rollout.base import Rollout, RolloutBatch
+from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.strategies import check_strategy, gathered, local_grads
 from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer

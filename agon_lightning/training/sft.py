@@ -34,7 +34,8 @@ from torch import Tensor
 from agon_lightning.adapters.policy import resolve_model_path
 from agon_lightning.cli_base import BaseCLI, compact_usage
 from agon_lightning.prompts import Prompts
-from agon_lightning.rollout.hf import HFRollout, Rollout
+from agon_lightning.rollout.base import Rollout
+from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer

@@ -41,7 +41,7 @@ from torchmetrics import MeanMetric
 
 from agon_lightning.names import ALPHA, BASE, BETA
 from agon_lightning.pipeline import MixedPlayer, challenge_prompts
-from agon_lightning.rollout.hf import RolloutBatch
+from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.types import Problem
 
 ADAPTER_KEY = {ALPHA: "a", BETA: "b"}
