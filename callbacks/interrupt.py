@@ -16,6 +16,14 @@ through :func:`signal.set_wakeup_fd` (written by the C-level handler): if the pr
 stopped ``timeout_s`` after the first signal, or right after a second one, it prints every
 thread's stack and exits with status 128 + the signal number, keeping the last checkpoint
 written.
+
+Why the checkpoint composes :class:`StopSignals` rather than a callback of its own doing the
+stop: the stop has to come after the checkpoint's own work at the same step boundary (the
+periodic save, the best save and the refresh of ``last`` after a validation), and Lightning
+runs every ``Checkpoint`` callback after all other callbacks, so a separate callback would
+raise before the save it waits for. Setting ``trainer.should_stop`` instead would not wait
+either: Lightning answers it with a validation that was not due. Composed, the order is the
+checkpoint's own, through public hooks only.
 """
 
 from __future__ import annotations
