@@ -11,9 +11,6 @@ move: code that imports them from here keeps working.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from agon_lightning import moved
 
 moved.install()  # old module paths (agon_lightning.cascade, ...) load the moved modules
@@ -51,15 +48,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agon_lightning' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = moved.lazy_names(__name__, _EXPORTS)

@@ -15,6 +15,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -69,3 +70,27 @@ def install() -> None:
     """Put the finder on ``sys.meta_path`` (once); the regular finders still come first."""
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
         sys.meta_path.append(MovedModules())
+
+
+def lazy_names(module: str, where: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for ``module`` (PEP 562): each name of ``where`` (name → the
+    module that defines it) is imported from there on first use and kept in ``module``.
+
+    For a package's public names and for names a module defined before they moved to another:
+    ``from module import name`` gives the object at its new place, and importing ``module`` loads
+    nothing more.
+    """
+    namespace = sys.modules[module].__dict__
+
+    def __getattr__(name: str) -> Any:
+        source = where.get(name)
+        if source is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(source), name)
+        namespace[name] = value  # later look-ups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(where))
+
+    return __getattr__, __dir__

@@ -18,7 +18,6 @@ layers this module installs, lives with the sampler: :mod:`agon_lightning.rollou
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from torch import Tensor, nn
 
 from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.peft_boundary import lora_layers
+from agon_lightning.moved import lazy_names
 
 _LAYERS = "_agon_lora_layers"  # install()'s layers, where they are the model's only adapter layers
 
@@ -107,15 +107,5 @@ def lora_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     return out.view(shape)
 
 
-# names that lived here before sampling had a package of its own, resolved where they live now
-_MOVED_NAMES = {
-    "merged_for_sampling": "agon_lightning.rollout.merged",
-    "_sharded": "agon_lightning.rollout.merged",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MOVED_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+# defined here before sampling had a package of its own; loaded from there on first use
+__getattr__, __dir__ = lazy_names(__name__, {"merged_for_sampling": "agon_lightning.rollout.merged"})

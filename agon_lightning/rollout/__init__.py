@@ -20,8 +20,7 @@ load on first use, so importing one backend does not load the others.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agon_lightning.moved import lazy_names
 
 _EXPORTS: dict[str, str] = {
     "Rollout": "agon_lightning.rollout.base",
@@ -33,16 +32,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
