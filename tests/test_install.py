@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -12,12 +13,59 @@ from agon_lightning import cli
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_ci_installs_exactly_as_the_readme_says():
+def readme_command(row_start: str, pattern: str = r"`([^`]+)`") -> str:
+    """The one command in the README's table row that starts with ``row_start``."""
     readme = (ROOT / "README.md").read_text()
-    (row,) = [line for line in readme.splitlines() if line.startswith("| CPU (what `.ci/run` runs")]
-    (command,) = re.findall(r"`(pip install torch==2\.13\.0 [^`]+)`", row)
-    assert command in (ROOT / ".ci" / "run").read_text().splitlines()
-    assert "python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith(row_start)]
+    (command,) = re.findall(pattern, row)
+    return command
+
+
+def ci_commands() -> list[str]:
+    """The lines ``.ci/run`` runs, less comments, the shebang, ``set`` and ``cd``."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.startswith(("#", "set ", "cd "))]
+
+
+def test_ci_runs_the_readmes_set_up_and_test_commands_word_for_word_then_the_vllm_tests():
+    set_up = readme_command("| set up (CPU) |")
+    test = readme_command("| run the tests |")
+    vllm_cpu = readme_command("| CPU (", r"`(pip install torch==2\.13\.0 [^`]+)`")
+    assert "vllm" not in set_up  # the newcomer's line: the vLLM tests skip after it
+    assert ci_commands() == [set_up, test, vllm_cpu, f"{test} -m vllm"]
+    assert "set -euo pipefail" in (ROOT / ".ci" / "run").read_text().splitlines()  # a failure stops CI
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_a_vllm_test_skips_naming_the_install_only_where_vllm_is_missing(monkeypatch, installed):
+    import conftest
+
+    class Item:
+        def __init__(self, marked):
+            self.marks = [pytest.mark.vllm.mark] if marked else []
+
+        def get_closest_marker(self, name):
+            return next((m for m in self.marks if m.name == name), None)
+
+        def add_marker(self, marker):
+            self.marks.append(marker.mark)
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (real("pytest") if installed else None) if name == "vllm" else real(name, *a),
+    )
+    marked, plain = Item(True), Item(False)
+    conftest.pytest_collection_modifyitems(None, [marked, plain])
+    skips = [m for m in marked.marks if m.name == "skip"]
+    assert plain.get_closest_marker("skip") is None
+    if installed:
+        assert skips == []
+    else:
+        (skip,) = skips
+        assert "needs the vllm package" in skip.kwargs["reason"] and "vllm-cpu" in skip.kwargs["reason"]
+    assert '"vllm: needs the vllm package' in (ROOT / "pyproject.toml").read_text()  # `-m vllm` selects them
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,11 @@ def test_each_old_class_path_resolves_to_the_class_at_its_new_path(old):
 
 
 @pytest.mark.parametrize(
-    "old", ["agon_lightning.rollout.HFRollout", "agon_lightning.vllm_rollout.VLLMRollout"]
+    "old",
+    [
+        "agon_lightning.rollout.HFRollout",
+        pytest.param("agon_lightning.vllm_rollout.VLLMRollout", marks=pytest.mark.vllm),  # builds an engine
+    ],
 )
 def test_an_old_rollout_class_path_in_a_config_instantiates_the_new_class(old):
     from agon_lightning.rollout import Rollout

@@ -15,12 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-import openai
 import pytest
-from fastapi.testclient import TestClient
 
-from agon_lightning.cli import main
+# the serve extra (FastAPI, uvicorn) and the client the tests speak through; dev brings all three
+pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("openai", reason="needs the openai client: pip install -e '.[dev]'")
+pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[dev]'")
+import httpx  # noqa: E402
+import openai  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from agon_lightning.cli import main  # noqa: E402
 from agon_lightning.data.files import write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.deploy.cascade import Cascade

