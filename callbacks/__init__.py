@@ -1,4 +1,4 @@
-"""Callbacks for Agon runs: exact-resume checkpoints, trace lengths, divergence, sample tables.
+"""Callbacks for Agon runs: exact-resume checkpoints, trace lengths, divergence, sample tables, progress lines.
 
 All are on in ``configs/agon.yaml``; each reads ``AgonModule.last_record`` (what the last
 training step played) rather than generating again, except the divergence probe, which runs
@@ -7,6 +7,7 @@ a few forward passes every k steps.
 
 from .checkpoint import AgonCheckpoint
 from .divergence import DivergenceMonitor
+from .progress_log import ProgressLog
 from .report import ValidationReport
 from .samples import SampleTable
 from .trace_length import TraceLengthMonitor, plot_trace_lengths
@@ -14,6 +15,7 @@ from .trace_length import TraceLengthMonitor, plot_trace_lengths
 __all__ = [
     "AgonCheckpoint",
     "DivergenceMonitor",
+    "ProgressLog",
     "SampleTable",
     "TraceLengthMonitor",
     "ValidationReport",
