@@ -44,9 +44,20 @@ MOVED: dict[str, str] = {
     "agon_lightning.validation": "agon_lightning.training.validation",
     "agon_lightning.sft": "agon_lightning.training.sft",
     "agon_lightning.sft_data": "agon_lightning.training.sft_data",
+    "agon_lightning.cli_base": "agon_lightning.cli.base",
+    "agon_lightning.game_cli": "agon_lightning.cli.game",
+    "agon_lightning.config_files": "agon_lightning.cli.config_files",
+    "agon_lightning.sweep": "agon_lightning.experiments.sweep",
+    "agon_lightning.sweep_report": "agon_lightning.experiments.sweep_report",
+    "agon_lightning.paper_table": "agon_lightning.experiments.paper_table",
+    "agon_lightning.stats": "agon_lightning.experiments.stats",
+    "agon_lightning.plots": "agon_lightning.experiments.plots",
 }
 # ``agon_lightning.rollout`` became the package of the backends: its ``__init__`` re-exports
-# what the old module defined (``agon_lightning.rollout.HFRollout`` still resolves).
+# what the old module defined (``agon_lightning.rollout.HFRollout`` still resolves). Likewise
+# ``agon_lightning.cli`` became the package of the CLI: its ``__init__`` is the old module's
+# ``agon`` command (``agon_lightning.cli:main``, ``COMMANDS``, ``AgonCLI``) and the table's one
+# name that moved out of it, ``LIGHTNING_MAIN``, is imported back.
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

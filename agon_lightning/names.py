@@ -20,3 +20,6 @@ ALPHA = "alpha"  # the first adapter: the drafter of a fixed schedule, the only 
 BETA = "beta"  # the second adapter: the challenger of a fixed schedule
 ADAPTERS: tuple[str, str] = (ALPHA, BETA)
 BASE = "base"  # the base model (adapters off) as a policy the evaluator scores and users read
+SHIPPED = (
+    "agon:"  # the prefix naming a config or a model shipped in the package: agon:agon.yaml, agon:tiny-qwen3
+)

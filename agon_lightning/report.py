@@ -1,4 +1,4 @@
-"""The end-of-run report: a start-vs-end table (the plot of the curves is :mod:`agon_lightning.plots`).
+"""The end-of-run report: a start-vs-end table (the plot of the curves is :mod:`agon_lightning.experiments.plots`).
 
 Pure functions over the evaluator's history ``[(step, {metric: value})]`` so they are
 testable without a trainer; :class:`~agon_lightning.callbacks.report.ValidationReport`

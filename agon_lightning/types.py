@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+SPLIT = "split"  # Problem.metadata key naming a held-out split (``"hard"``); absent: the main one
+
 
 @dataclass
 class Problem:
@@ -18,7 +20,8 @@ class Problem:
         question: The problem statement, without any chat template or instruction wrapper.
         answer: The gold answer (a string) when the domain has one; code problems keep their
             tests in ``metadata`` instead.
-        metadata: Anything a verifier needs (a reasoning-gym entry, test cases, an id).
+        metadata: Anything a verifier needs (a reasoning-gym entry, test cases, an id); under
+            :data:`SPLIT`, the held-out split the problem is reported in.
     """
 
     question: str

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import lightning as L
 
-from agon_lightning.plots import plot_validation
+from agon_lightning.experiments.plots import plot_validation
 from agon_lightning.report import start_end_table
 
 from .protocol import AgonModuleView

@@ -1,8 +1,11 @@
-"""The package's modules import each other without a circle.
+"""The package's modules import each other without a circle, and no floor reaches up.
 
 Module-level imports count, including those under ``if TYPE_CHECKING:`` (a circle there is
 still two modules that each need the other to be read); imports inside functions are the
-deliberate lazy ones (optional packages, plugins) and do not.
+deliberate lazy ones (optional packages, plugins) and do not — except for the CLI and for
+``data/``, where every import counts, lazy ones and ``importlib.import_module("...")`` too: the
+``agon`` dispatcher and the commands it loads must not need each other at all, and the data
+modules sit below everything that trains on them.
 """
 
 from __future__ import annotations
@@ -33,10 +36,32 @@ def top_level_imports(tree: ast.Module, known: set[str]) -> set[str]:
     return found & known
 
 
-def import_graph() -> dict[str, set[str]]:
+def all_imports(tree: ast.Module, known: set[str]) -> set[str]:
+    """Package modules imported anywhere in ``tree``: at module level, in functions, and by
+    ``importlib.import_module("...")`` with a literal name."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            found.add(node.args[0].value)
+    return found & known
+
+
+def import_graph(lazy: bool = False) -> dict[str, set[str]]:
+    """``{module: package modules it imports}``; ``lazy``: imports inside functions count too."""
     files = {module_name(p): p for p in ROOT.rglob("*.py")}
     known = set(files)
-    return {name: top_level_imports(ast.parse(p.read_text()), known) - {name} for name, p in files.items()}
+    read = all_imports if lazy else top_level_imports
+    return {name: read(ast.parse(p.read_text()), known) - {name} for name, p in files.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -80,9 +105,9 @@ def test_no_module_of_the_package_imports_itself_back():
 
 
 # The job folders, lowest first: a module imports nothing from a folder above its own. The
-# policies know nothing of sampling, sampling nothing of the training step, and training
+# problems know nothing of the model, the policies nothing of sampling, sampling nothing of the training step, and training
 # nothing of deployment (which uses all three).
-LAYERS = ["adapters", "rollout", "training", "deploy"]
+LAYERS = ["data", "adapters", "rollout", "training", "deploy"]
 # Pure math that every layer may use: it imports nothing of the package itself.
 SHARED_LEAVES = {"agon_lightning.training.grpo"}
 
@@ -117,3 +142,59 @@ def test_no_job_folder_imports_one_above_it():
     assert upward_imports(graph) == []
     for leaf in SHARED_LEAVES:
         assert graph[leaf] == set(), f"{leaf} must stay free of package imports to be shared by every layer"
+
+
+# The modules of the ``agon`` command: the dispatcher (``agon_lightning.cli``), the table of
+# commands it and the commands read, LightningCLI's game commands, their base, the shipped configs.
+CLI = "agon_lightning.cli"
+
+
+def test_the_lazy_scan_sees_imports_in_functions_and_import_module_calls():
+    tree = ast.parse(
+        "import importlib\ndef f():\n    from pkg.a import x\n"
+        "def g():\n    return importlib.import_module('pkg.b')\n"
+    )
+    assert top_level_imports(tree, {"pkg.a", "pkg.b"}) == set()
+    assert all_imports(tree, {"pkg.a", "pkg.b"}) == {"pkg.a", "pkg.b"}
+
+
+def test_the_cli_modules_do_not_need_each_other_in_a_circle_even_lazily():
+    graph = import_graph(lazy=True)
+    cli = {m: {d for d in deps if d == CLI or d.startswith(CLI + ".")} for m, deps in graph.items()
+           if m == CLI or m.startswith(CLI + ".")}  # fmt: skip
+    assert {CLI, f"{CLI}.game", f"{CLI}.commands", f"{CLI}.base", f"{CLI}.config_files"} <= set(cli)
+    assert f"{CLI}.game" in cli[CLI]  # the dispatcher loads the game commands (the scan sees it) ...
+    assert CLI not in cli[f"{CLI}.game"]  # ... and they read the table, not the dispatcher
+    assert find_cycle(cli) is None, " -> ".join(find_cycle(cli))
+
+
+def leaves(graph: dict[str, set[str]]) -> set[str]:
+    """Modules that import no other module of the package, lazily or not (types, names, text...)."""
+    return {module for module, deps in graph.items() if not deps}
+
+
+def reaching_out_of_data(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> dep`` for each import of a ``data/`` module that is neither ``data/`` nor a leaf."""
+    floor = leaves(graph)
+    return [
+        f"{module} -> {dep}"
+        for module, deps in sorted(graph.items())
+        if module.startswith("agon_lightning.data")
+        for dep in sorted(deps)
+        if not dep.startswith("agon_lightning.data") and dep not in floor
+    ]
+
+
+def test_the_data_rule_finds_an_import_above_data():
+    graph = {
+        "agon_lightning.data.gym": {"agon_lightning.training.validation", "agon_lightning.types"},
+        "agon_lightning.training.validation": {"agon_lightning.types"},
+        "agon_lightning.types": set(),
+    }
+    assert reaching_out_of_data(graph) == ["agon_lightning.data.gym -> agon_lightning.training.validation"]
+
+
+def test_data_imports_nothing_above_it_even_lazily():
+    graph = import_graph(lazy=True)
+    assert "agon_lightning.data.reasoning_gym" in graph and "agon_lightning.types" in leaves(graph)
+    assert reaching_out_of_data(graph) == []

@@ -29,6 +29,8 @@ OLD_CLASS_PATHS = {
     "agon_lightning.policy.LoraOptions": "agon_lightning.adapters.policy.LoraOptions",
     "agon_lightning.lr_schedule.WarmupLinearDecay": "agon_lightning.training.lr_schedule.WarmupLinearDecay",
     "agon_lightning.sft.StopAtThreshold": "agon_lightning.training.sft.StopAtThreshold",
+    "agon_lightning.game_cli.AgonCLI": "agon_lightning.cli.game.AgonCLI",
+    "agon_lightning.cli.AgonCLI": "agon_lightning.cli.game.AgonCLI",
 }
 # what the old ``agon_lightning.rollout`` module defined, now in the package's backends
 OLD_ROLLOUT_NAMES = [
@@ -52,6 +54,9 @@ OLD_NAMES = {
     "agon_lightning.sampling.LogprobRecorder": "agon_lightning.rollout.sampling.LogprobRecorder",
     "agon_lightning.sampling.is_sharded": "agon_lightning.rollout.sampling.is_sharded",
     "agon_lightning.Rollout": "agon_lightning.rollout.base.Rollout",
+    "agon_lightning.cli.COMMANDS": "agon_lightning.cli.commands.COMMANDS",
+    "agon_lightning.cli.LIGHTNING_MAIN": "agon_lightning.cli.commands.LIGHTNING_MAIN",
+    "agon_lightning.config_files.PREFIX": "agon_lightning.names.SHIPPED",
 }
 
 

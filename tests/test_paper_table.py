@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from test_sweep import BASE, EXPERIMENTS, write_outcomes, write_run
 
-from agon_lightning.paper_table import MAIN, PAPER_VARIANTS, pass_cell, pooled
-from agon_lightning.stats import clopper_pearson
-from agon_lightning.sweep import MARKER, plan, report, sweep, sweep_main
+from agon_lightning.experiments.paper_table import MAIN, PAPER_VARIANTS, pass_cell, pooled
+from agon_lightning.experiments.stats import clopper_pearson
+from agon_lightning.experiments.sweep import MARKER, plan, report, sweep, sweep_main
 
 
 def test_the_papers_rows_are_shipped_variants_in_its_order():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from agon_lightning.plots import colours, plot_validation, split_metrics
+from agon_lightning.experiments.plots import colours, plot_validation, split_metrics
 
 HISTORY = [
     (0, {"val/base/pass@1": 0.3, "val/base/length": 40.0, "val/cascade_ab/pass@1": 0.3, "val/cascade_ab/length": 41.0,

@@ -6,7 +6,7 @@ import socket
 
 import torch.distributed as dist
 
-from agon_lightning.game_cli import release_process_group
+from agon_lightning.cli.game import release_process_group
 
 
 def free_port() -> int:

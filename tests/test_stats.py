@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agon_lightning.stats import clopper_pearson, paired_bootstrap
+from agon_lightning.experiments.stats import clopper_pearson, paired_bootstrap
 
 
 def test_identical_runs_differ_by_exactly_zero():

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from agon_lightning.cli import AgonCLI
-from agon_lightning.sweep import DEFAULT_VARIANTS, MARKER, plan, report, sweep, sweep_main
-from agon_lightning.sweep_report import compare, plot_curves, read_run
+from agon_lightning.experiments.sweep import DEFAULT_VARIANTS, MARKER, plan, report, sweep, sweep_main
+from agon_lightning.experiments.sweep_report import compare, plot_curves, read_run
 from agon_lightning.training.validation import CascadeEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -311,7 +311,7 @@ def test_each_run_names_the_policy_it_deployed_and_the_plots_dash_cascades(tmp_p
     write_run(tmp_path / "m", [(0, 0.3, 20.0)], steps=0, key="moa")
     assert read_run(tmp_path / "m", "moa_untrained", 0, "moa", 1.0).policy == "moa"  # an explicit key as is
 
-    import agon_lightning.plots as plots
+    import agon_lightning.experiments.plots as plots
 
     drawn = []
     monkeypatch.setattr(plots, "draw", lambda panels, *a, **k: drawn.append(panels))

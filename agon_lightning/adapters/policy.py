@@ -32,8 +32,8 @@ from agon_lightning.adapters.shared_prompt import (
     shared_prefixes,
     shares_prompts,
 )
-from agon_lightning.config_files import PREFIX as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.names import BETA
+from agon_lightning.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
 from agon_lightning.training.grpo import LogitHead
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agon_lightning.data.base import ProblemDataModule
-from agon_lightning.training.validation import SPLIT
-from agon_lightning.types import Problem
+from agon_lightning.types import SPLIT, Problem
 
 
 def generate_problems(tasks: dict[str, dict[str, Any]], size: int, seed: int) -> list[Problem]:

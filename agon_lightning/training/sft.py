@@ -32,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.policy import resolve_model_path
-from agon_lightning.cli_base import BaseCLI, compact_usage
+from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout

@@ -42,10 +42,9 @@ from torchmetrics import MeanMetric
 from agon_lightning.names import ALPHA, BASE, BETA
 from agon_lightning.pipeline import MixedPlayer, challenge_prompts
 from agon_lightning.rollout.base import RolloutBatch
-from agon_lightning.types import Problem
+from agon_lightning.types import SPLIT, Problem  # SPLIT: also read from here
 
 ADAPTER_KEY = {ALPHA: "a", BETA: "b"}
-SPLIT = "split"  # Problem.metadata key naming a held-out split; absent: the main one
 OVERLAP = "overlap"
 POLICY_STATS = ("pass@1", "length", "cost/total_tokens", "cost/wall_s")
 CASCADE_STATS = (

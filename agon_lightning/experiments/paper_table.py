@@ -6,7 +6,7 @@ runs on whatever base config it was given. Per cell:
 
 - **pass@1 with a 95% Clopper–Pearson interval**, pooled over seeds × problems: the k right
   answers of all seeds' final evaluations out of their S·I answers
-  (:func:`~agon_lightning.stats.clopper_pearson`). Pooling treats the S·I answers as independent
+  (:func:`~agon_lightning.experiments.stats.clopper_pearson`). Pooling treats the S·I answers as independent
   trials, so the interval counts evaluation noise and not the spread between training runs; that
   spread is shown beside it (min–max of the seeds' pass@1), and the paired bootstrap of the
   headline steps counts both;
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agon_lightning.stats import clopper_pearson
-from agon_lightning.sweep_report import SPLITS, RunResult, compare, mean_std
+from agon_lightning.experiments.stats import clopper_pearson
+from agon_lightning.experiments.sweep_report import SPLITS, RunResult, compare, mean_std
 
 
 @dataclass(frozen=True)

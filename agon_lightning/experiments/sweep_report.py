@@ -8,8 +8,8 @@ evaluation (``val/overlap/*``), and the rollout budget: per step ``(train/draft/
 train/challenge/length) × N × P``, with N and P from the run's saved ``config.yaml``, summed
 over steps. Paired comparisons (Agon against GRPO, each ablation against Agon) bootstrap the
 difference in pass@1 over seeds × problems from each run's ``outcomes.jsonl``
-(:mod:`agon_lightning.stats`); the paper's table is :mod:`agon_lightning.paper_table`'s.
-Running the grid is :mod:`agon_lightning.sweep`'s job.
+(:mod:`agon_lightning.experiments.stats`); the paper's table is :mod:`agon_lightning.experiments.paper_table`'s.
+Running the grid is :mod:`agon_lightning.experiments.sweep`'s job.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, in
 
 def compare(results: Sequence[RunResult], variant: str, reference: str, split: str) -> str | None:
     """``mean [low, high]`` of pass@1(variant) − pass@1(reference), paired by seed and problem."""
-    from agon_lightning.stats import paired_bootstrap
+    from agon_lightning.experiments.stats import paired_bootstrap
 
     ours = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == variant}
     theirs = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == reference}
@@ -246,7 +246,7 @@ def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
     (± std over seeds). One colour per variant in both panels and files, dashed where the
     variant deploys a cascade, ``agon`` thick; evaluation-only variants are horizontal lines.
     """
-    from agon_lightning.plots import Panel, Series, colours, draw, is_cascade
+    from agon_lightning.experiments.plots import Panel, Series, colours, draw, is_cascade
 
     palette = colours(list(by_variant))
     for index, name, stat, label in [

@@ -16,8 +16,10 @@ from importlib import resources
 from pathlib import Path
 
 from agon_lightning.errors import CommandParser, UsageError
+from agon_lightning.names import (
+    SHIPPED as PREFIX,  # a config, or a model (adapters.policy.resolve_model_path)
+)
 
-PREFIX = "agon:"  # a config, or a model (agon_lightning.adapters.policy.resolve_model_path), shipped in the package
 CONFIG_OPTIONS = ("-c", "--config")
 LOCAL_DIR = Path("configs")
 

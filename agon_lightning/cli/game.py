@@ -14,8 +14,8 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from agon_lightning.callbacks import AgonCheckpoint
-from agon_lightning.cli import COMMANDS
-from agon_lightning.cli_base import BaseCLI, compact_usage
+from agon_lightning.cli.base import BaseCLI, compact_usage
+from agon_lightning.cli.commands import COMMANDS
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.errors import UsageError
 from agon_lightning.training.module import AgonModule

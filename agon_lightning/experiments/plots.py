@@ -2,7 +2,7 @@
 
 Shared by the end-of-fit ``validation.png`` (:func:`plot_validation`, every policy of one run)
 and the sweep's ``pass_at_1.png`` / ``length.png`` (one line per variant,
-:func:`agon_lightning.sweep_report.plot_curves`). The conventions are the same everywhere: each
+:func:`agon_lightning.experiments.sweep_report.plot_curves`). The conventions are the same everywhere: each
 panel is one split (the held-out set, the hard split, …), a policy keeps its colour in every
 panel, cascades are dashed, the deployed policy is drawn thick and on top, and one legend sits
 to the right of the panels, outside the data. Matplotlib with the Agg backend: no display needed.

@@ -15,25 +15,9 @@ from importlib.metadata import version
 from typing import Any
 
 from agon_lightning.allocator import reuse_freed_memory
-from agon_lightning.config_files import expand_config_args
+from agon_lightning.cli.commands import COMMANDS, LIGHTNING_MAIN
+from agon_lightning.cli.config_files import expand_config_args
 from agon_lightning.errors import fail, reporting_usage_errors, set_verbose, take_verbose_flag
-
-LIGHTNING_MAIN = "agon_lightning.game_cli:lightning_main"
-
-
-# name → (entry point "module:function" taking the command's arguments, one line of help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "fit": (LIGHTNING_MAIN, "train the drafter/challenger pair (start from --config agon:agon.yaml)"),
-    "validate": (LIGHTNING_MAIN, "held-out pass@1 and length of the base, both adapters and both cascades"),
-    "test": (LIGHTNING_MAIN, "the same evaluation through Lightning's test loop"),
-    "predict": ("agon_lightning.deploy.predict:predict_main", "run a bundle's two-stage cascade over a problem file (JSON lines out)"),
-    "sft": ("agon_lightning.training.sft:sft_main", "supervised warm-start: teach a base model the answer format"),
-    "sweep": ("agon_lightning.sweep:sweep_main", "the paper's variants x seeds, one `agon fit` each, resumable; results table and plots"),
-    "serve": ("agon_lightning.deploy.serve:serve_main", "serve a bundle's cascade behind an OpenAI-compatible HTTP endpoint"),
-    "export": ("agon_lightning.deploy.export:export_main", "merge an adapter into its base, or lay out both for a multi-LoRA server"),
-    "config": ("agon_lightning.config_files:config_main", "list the configs shipped with the package, or print one"),
-    "plan": ("agon_lightning.plan:plan_main", "will it fit? predicted memory per device for every strategy"),
-}  # fmt: skip
 
 
 def broken_torch_companions() -> list[str]:
@@ -107,12 +91,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """``AgonCLI``, ``lightning_main`` and ``default_loggers`` live in :mod:`agon_lightning.game_cli`
+    """``AgonCLI``, ``lightning_main`` and ``default_loggers`` live in :mod:`agon_lightning.cli.game`
     (loaded on first use, so ``agon --help`` stays light); importing them from here still works."""
     if name in ("AgonCLI", "lightning_main", "default_loggers"):
-        return getattr(importlib.import_module("agon_lightning.game_cli"), name)
+        return getattr(importlib.import_module("agon_lightning.cli.game"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if __name__ == "__main__":
-    main()

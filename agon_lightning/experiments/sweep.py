@@ -10,10 +10,10 @@ small or shared CPU matters more than anything else (oversubscribed threads spin
 A seed S sets ``seed_everything`` (sampling), ``data.init_args.seed`` (training order) and
 ``model.lora.init_seed`` (beta's initial noise); the problems and the held-out set stay fixed.
 
-A *derived* variant (:data:`~agon_lightning.sweep_report.DERIVED`: ``grpo_self_cascade``) trains
+A *derived* variant (:data:`~agon_lightning.experiments.sweep_report.DERIVED`: ``grpo_self_cascade``) trains
 nothing of its own: it reads another key of another variant's runs (``cascade_aa`` of ``grpo``),
 whose runs the plan then includes. ``--table paper`` runs the paper's rows by default and adds
-``paper_table.md`` (:mod:`agon_lightning.paper_table`).
+``paper_table.md`` (:mod:`agon_lightning.experiments.paper_table`).
 
 A run is finished when its directory holds :data:`MARKER`, written only after the process
 returned 0; an interrupted sweep re-run with the same arguments skips finished runs and
@@ -21,7 +21,7 @@ redoes unfinished ones from scratch. The marker records the run's arguments, so 
 command cannot silently mix two settings into one table.
 
 Wall time is measured around the process. What the finished runs measured — the tables, the
-paired comparisons and the plots — is :mod:`agon_lightning.sweep_report`'s job.
+paired comparisons and the plots — is :mod:`agon_lightning.experiments.sweep_report`'s job.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from agon_lightning.config_files import local_or_shipped, resolve_config
+from agon_lightning.cli.config_files import local_or_shipped, resolve_config
 from agon_lightning.errors import CommandParser, UsageError
-from agon_lightning.paper_table import PAPER_VARIANTS, write_paper_table
-from agon_lightning.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
+from agon_lightning.experiments.paper_table import PAPER_VARIANTS, write_paper_table
+from agon_lightning.experiments.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
 
 DEFAULT_VARIANTS = (
     "grpo", "grpo_n", "agon", "cooperative", "no_exchange", "fixed_roles", "self_play", "moa_untrained",
