@@ -1,0 +1,373 @@
+"""MkDocs hook: the Reference and Results pages, generated from the code and the committed results.
+
+Nothing here is committed as a page: at every ``mkdocs build`` the hook reads
+
+* every ``agon`` command's options from its own parser (``agon COMMAND --help``, in-process);
+* every config option's type, default and comment from the signatures and Google docstrings
+  of :class:`~agon_lightning.training.module.AgonModule`, its option dataclasses, the data
+  modules, the callbacks and every registered component;
+* every entry-point group of ``agon_lightning.registry.GROUPS`` and what is registered in it;
+* ``agon_lightning.__all__`` for the API page (rendered by mkdocstrings from the docstrings);
+* ``benchmarks/results/`` and ``benchmarks/README.md`` for the Results pages (plots copied in).
+
+so a renamed option, a new command or a new result shows on the site without anyone editing
+it. A command whose help fails to build fails the build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import io
+import os
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+MISSING = "(required)"
+
+
+# ----------------------------------------------------------------------------- helpers
+def type_name(annotation: Any) -> str:
+    """A readable type: ``int``, ``str | None``, ``Literal['a', 'b']``, ``Rollout``."""
+    if annotation is inspect.Parameter.empty:
+        return ""
+    if isinstance(annotation, str):
+        return annotation
+    text = inspect.formatannotation(annotation)
+    return re.sub(r"\b(?:[a-z_][\w]*\.)+(?=[A-Z_a-z]\w*)", "", text).replace("typing.", "")
+
+
+def default_text(value: Any) -> str:
+    if value is inspect.Parameter.empty or value is dataclasses.MISSING:
+        return MISSING
+    if type(value).__name__.startswith("LazyInstance_"):  # jsonargparse's lazy_instance(Class)
+        return f"{type(value).__mro__[1].__name__}()"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return f"{type(value).__name__}()"  # its fields and their defaults: the section below
+    if callable(value) and not isinstance(value, type):
+        return getattr(value, "__name__", repr(value))
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def doc_params(obj: Any) -> dict[str, str]:
+    """``{name: description}`` from the ``Args:`` / ``Attributes:`` sections of ``obj``'s docstrings."""
+    import docstring_parser
+
+    found: dict[str, str] = {}
+    for klass in getattr(obj, "__mro__", (obj,)):  # a subclass's own docstring first, then its bases'
+        for source in (klass, vars(klass).get("__init__") if isinstance(klass, type) else None):
+            doc = getattr(source, "__doc__", None) if source is not None else None
+            if not doc or klass.__module__.split(".")[0] not in ("agon_lightning", "callbacks"):
+                continue
+            try:
+                parsed = docstring_parser.parse(
+                    inspect.cleandoc(doc), style=docstring_parser.DocstringStyle.GOOGLE
+                )
+            except docstring_parser.ParseError as err:
+                raise RuntimeError(
+                    f"{klass.__module__}.{klass.__qualname__}: docstring does not parse: {err}"
+                ) from None
+            for param in parsed.params:
+                found.setdefault(param.arg_name, " ".join((param.description or "").split()))
+    return found
+
+
+def summary_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return markdown(doc.split("\n\n", 1)[0].replace("\n", " ").strip())
+
+
+def markdown(text: str) -> str:
+    """Docstring reST to Markdown: ``x`` and :role:`x` (``~`` dropped) become `x`."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
+def cell(text: str) -> str:
+    return markdown(text).replace("|", "\\|").replace("\n", " ")
+
+
+def options(cls: type) -> list[tuple[str, str, str, str, Any]]:
+    """``(name, type, default, comment, annotation)`` of each constructor option of ``cls``."""
+    comments = doc_params(cls)
+    rows = []
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            default = f.default
+            if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            hint = hints.get(f.name, f.type)
+            rows.append((f.name, type_name(hint), default_text(default), comments.get(f.name, ""), hint))
+        return rows
+    signature = inspect.signature(cls.__init__)
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that needs an optional package: fall back to the text
+        hints = {}
+    for name, param in signature.parameters.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(name, param.annotation)
+        rows.append((name, type_name(hint), default_text(param.default), comments.get(name, ""), hint))
+    return rows
+
+
+def options_table(cls: type, prefix: str) -> list[str]:
+    lines = ["| option | type | default | what |", "|---|---|---|---|"]
+    for name, kind, default, comment, _ in options(cls):
+        lines.append(f"| `{prefix}{name}` | `{cell(kind)}` | `{cell(default)}` | {cell(comment)} |")
+    return lines
+
+
+def dataclass_of(hint: Any) -> type | None:
+    """The dataclass an option is typed with (``GRPOOptions``, ``LoraOptions | None``), if any."""
+    candidates = [hint, *typing.get_args(hint)]
+    return next((c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)), None)
+
+
+# ----------------------------------------------------------------------------- pages
+def commands_page() -> str:
+    from agon_lightning.cli import COMMANDS, main, root_help
+
+    lines = [
+        "# Commands",
+        "",
+        "Generated at build time from each command's own parser (`agon COMMAND --help`): what is",
+        "here is what the installed `agon` accepts. `fit`, `validate`, `test` and `predict` are",
+        "LightningCLI's, so their options are every config option (the [Configuration](config.md)",
+        "page explains them).",
+        "",
+        "```text",
+        root_help().rstrip(),
+        "```",
+        "",
+    ]
+    env = {"COLUMNS": "100"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        for name, (_, line) in COMMANDS.items():
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()) as err:
+                try:
+                    main([name, "--help"])
+                except SystemExit as stop:
+                    if stop.code not in (0, None):
+                        raise RuntimeError(
+                            f"agon {name} --help exited {stop.code}: {err.getvalue()[-2000:]}"
+                        ) from None
+            text = out.getvalue().rstrip()
+            if not text:
+                raise RuntimeError(f"agon {name} --help printed nothing")
+            lines += [f"## agon {name}", "", line[0].upper() + line[1:] + ".", "", "```text", text, "```", ""]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return "\n".join(lines)
+
+
+def config_page() -> str:
+    import agon_lightning
+    from agon_lightning import callbacks
+    from agon_lightning.training.module import AgonModule
+
+    lines = [
+        "# Configuration",
+        "",
+        "Every option a config or the command line sets, generated at build time from the",
+        "signatures and docstrings: the type and default are the code's, the comment is the",
+        "docstring's. `agon fit --config configs/agon.yaml --print_config` prints a run's whole",
+        "config; `trainer.*` are [Lightning's Trainer](https://lightning.ai/docs/pytorch/stable/common/trainer.html)",
+        "options. Components (`model.rollout`, `model.verifier`, ...) list their own options on the",
+        "[Components](components.md) page.",
+        "",
+        "## `model`: AgonModule",
+        "",
+        summary_line(AgonModule),
+        "",
+        *options_table(AgonModule, "model."),
+        "",
+    ]
+    for name, _, _, _, hint in options(AgonModule):
+        nested = dataclass_of(hint)
+        if nested is not None:
+            lines += [f"### `model.{name}`: {nested.__name__}", "", summary_line(nested), "",
+                      *options_table(nested, f"model.{name}."), ""]  # fmt: skip
+    lines += [
+        "## `data`: the data modules",
+        "",
+        "Chosen by `data.class_path`; options under `data.init_args`.",
+        "",
+    ]
+    for export in agon_lightning.__all__:
+        obj = getattr(agon_lightning, export)
+        if export.endswith("DataModule") and export != "ProblemDataModule":
+            lines += [f"### {export}", "", f"`{obj.__module__}.{obj.__qualname__}`: {summary_line(obj)}", "",
+                      *options_table(obj, "data.init_args."), ""]  # fmt: skip
+    lines += [
+        "## `trainer.callbacks`: the callbacks",
+        "",
+        "Each under `class_path` with its `init_args`.",
+        "",
+    ]
+    for export in callbacks.__all__:
+        obj = getattr(callbacks, export)
+        if isinstance(obj, type):
+            lines += [f"### {export}", "", f"`agon_lightning.callbacks.{export}`: {summary_line(obj)}", "",
+                      *options_table(obj, "init_args."), ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def components_page() -> str:
+    from agon_lightning.registry import GROUPS, load_plugins
+
+    plugins = load_plugins()
+    lines = [
+        "# Components",
+        "",
+        "Every component registered in this installation, per entry-point group, generated at build",
+        "time (`agon_lightning.registry`); a plugin package installed beside it shows here too. Choose",
+        "one by entry-point name, class name or class path (`--model.verifier=exact_match`,",
+        "`--model.verifier=ExactMatchVerifier`); [A new domain](../tutorials/new-domain.md) registers one.",
+        "",
+    ]
+    for group, base in GROUPS.items():
+        option = group.rsplit(".", 1)[1].rstrip("s")
+        lines += [f"## `{group}`", "", f"Base class `{base.__module__}.{base.__qualname__}`: {summary_line(base)}",
+                  f"Option: `model.{option}` (the format check: `model.reward.init_args.format`)." if option == "format"
+                  else f"Option: `model.{option}`.", ""]  # fmt: skip
+        for name, cls in sorted(plugins[group].items()):
+            lines += [
+                f"### `{name}`: {cls.__name__}",
+                "",
+                f"`{cls.__module__}.{cls.__qualname__}`: {summary_line(cls)}",
+                "",
+            ]
+            rows = options_table(
+                cls,
+                f"model.{option}.init_args."
+                if option != "format"
+                else "model.reward.init_args.format.init_args.",
+            )
+            lines += [*rows, ""] if len(rows) > 2 else ["No options.", ""]
+    return "\n".join(lines)
+
+
+def api_page() -> str:
+    import agon_lightning
+
+    lines = [
+        "# Python API",
+        "",
+        "The names `agon_lightning` exports (`agon_lightning.__all__`), from their docstrings; they",
+        "stay importable from the package when modules move. Each is documented at the module that",
+        "defines it, the path configs and bundles use.",
+        "",
+        "```python",
+        "from agon_lightning import AgonModule, Cascade, Problem, Verifier",
+        "```",
+        "",
+    ]
+    for export in agon_lightning.__all__:
+        obj = getattr(agon_lightning, export)
+        lines += [f"::: {obj.__module__}.{obj.__qualname__}", "    options:", "      heading_level: 2", ""]
+    return "\n".join(lines)
+
+
+def result_file(path: Path) -> str:
+    """A committed markdown result, its heading levels pushed one down under the page's title."""
+    text = path.read_text()
+    return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", text, flags=re.M)
+
+
+def images(folder: Path, rel: str) -> list[str]:
+    return [f"![{png.stem}]({rel}/{png.name})" for png in sorted(folder.glob("*.png"))]
+
+
+def sweep_paper_page() -> str:
+    folder = RESULTS / "sweep_paper"
+    return "\n\n".join([
+        "# The paper's table on the embedded testbed",
+        "Generated at build time from `benchmarks/results/sweep_paper/`, the committed run: its plan and",
+        "what it showed, the paper's table beside ours, the results table and the plots.",
+        result_file(folder / "README.md"),
+        result_file(folder / "paper_table.md"),
+        result_file(folder / "results.md"),
+        *images(folder, "sweep_paper"),
+    ])  # fmt: skip
+
+
+def sweeps_page() -> str:
+    parts = [
+        "# Earlier sweeps",
+        "Generated at build time from `benchmarks/results/sweep_tiny/` and `sweep_small/`.",
+    ]
+    for name in ("sweep_tiny", "sweep_small"):
+        folder = RESULTS / name
+        parts += [f"## `{name}`"]
+        parts += [
+            result_file(folder / f).replace("\n# ", "\n### ")
+            for f in ("README.md", "results.md")
+            if (folder / f).exists()
+        ]
+        parts += images(folder, name)
+    return "\n\n".join(parts)
+
+
+def benchmarks_page() -> str:
+    return "\n\n".join([
+        "# Benchmarks",
+        "Generated at build time from `benchmarks/README.md`: each table with the command that made it"
+        " (JSON in `benchmarks/results/`).",
+        result_file(ROOT / "benchmarks" / "README.md"),
+    ])  # fmt: skip
+
+
+def scale_page() -> str:
+    return "\n\n".join([
+        "# Scale: the Qwen3-0.6B architecture on CPU",
+        "Generated at build time from `benchmarks/results/scale.md`.",
+        result_file(RESULTS / "scale.md"),
+    ])  # fmt: skip
+
+
+PAGES = {
+    "reference/commands.md": commands_page,
+    "reference/config.md": config_page,
+    "reference/components.md": components_page,
+    "reference/api.md": api_page,
+    "results/sweep-paper.md": sweep_paper_page,
+    "results/sweeps.md": sweeps_page,
+    "results/benchmarks.md": benchmarks_page,
+    "results/scale.md": scale_page,
+}
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for uri, build in PAGES.items():
+        files.append(File.generated(config, uri, content=build()))
+    for name in ("sweep_paper", "sweep_tiny", "sweep_small"):
+        for png in sorted((RESULTS / name).glob("*.png")):
+            files.append(File.generated(config, f"results/{name}/{png.name}", content=png.read_bytes()))
+    return files
+
+
+def generate_all() -> dict[str, str]:
+    """Every generated page's text, for the tests (no MkDocs needed)."""
+    importlib.import_module("agon_lightning")
+    return {uri: build() for uri, build in PAGES.items()}
