@@ -119,3 +119,8 @@ def test_table_paper_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
         assert re.search(r"\| \d+\.\d \[\d+\.\d, \d+\.\d\] \(1 × 4\)", line), line
     diagnostics = next(x for x in table.splitlines() if x.startswith("| `shared_opponent` |") and "→" in x)
     assert re.search(r"\d\.\d\d → \d\.\d\d", diagnostics), diagnostics  # overlap at the start and the end
+    # Length per role, measured at the last evaluation: a cascade has both stages, GRPO one.
+    cascade = next(x for x in table.splitlines() if x.startswith("| shared_opponent |"))
+    assert re.fullmatch(r"\| shared_opponent( \| \d+\.\d+){6} \|", cascade), cascade
+    grpo = next(x for x in table.splitlines() if x.startswith("| grpo |"))
+    assert re.fullmatch(r"\| grpo( \| \d+\.\d+){3}( \| —){3} \|", grpo), grpo

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -138,8 +139,9 @@ def test_dry_run_prints_pending_commands_only(tmp_path, capsys):
 
 # ---------------------------------------------------------------------- runs on disk
 def write_run(directory: Path, evals: list[tuple[int, float, float]], steps: int, challenge: bool = True,
-              n: int = 4, p: int = 2, key: str = "deployed") -> None:  # fmt: skip
-    """A finished-looking run: metrics.csv (draft length 10, challenge 5 each step) and config.yaml."""
+              n: int = 4, p: int = 2, key: str = "deployed", final: dict | None = None) -> None:  # fmt: skip
+    """A finished-looking run: metrics.csv (draft length 10, challenge 5 each step; ``final``: more
+    metrics of the last evaluation) and config.yaml."""
     log = directory / "lightning_logs" / "version_0"
     log.mkdir(parents=True)
     (log / "config.yaml").write_text(
@@ -149,6 +151,8 @@ def write_run(directory: Path, evals: list[tuple[int, float, float]], steps: int
                "train/challenge/length", "time/generate_s", "time/update_s"]  # fmt: skip
     rows = [{"step": s, f"val/{key}/pass@1": acc, f"val/{key}/length": length, "val/base/pass@1": 0.25}
             for s, acc, length in evals]  # fmt: skip
+    rows[-1].update(final or {})
+    columns += list(final or {})
     rows[1:1] = [{"step": s, "train/draft/length": 10, "train/challenge/length": 5 if challenge else "",
                   "time/generate_s": 1.5, "time/update_s": 0.5} for s in range(steps)]  # fmt: skip
     with (log / "metrics.csv").open("w", newline="") as f:
@@ -168,6 +172,26 @@ def test_read_run_takes_the_last_evaluation_and_counts_every_rollout_token(tmp_p
     assert read_run(tmp_path / "g", "grpo", 0, "deployed", 1.0).rollout_tokens == 10 * 16 * 2
     with pytest.raises(ValueError, match="val/moa/pass@1"):
         read_run(tmp_path / "g", "moa_untrained", 0, "moa", 1.0)
+
+
+def test_the_sweep_table_gives_length_per_role_at_the_last_evaluation(tmp_path):
+    roles = {"length/p50": 12.0, "length/p90": 30.0, "cap_hit": 0.25,
+             "draft/length/p50": 40.0, "draft/length/p90": 64.0, "draft/cap_hit": 0.5}  # fmt: skip
+    runs = plan(["agon", "grpo"], [0], tmp_path, EXPERIMENTS)
+    for run in runs:
+        stats = (
+            roles if run.variant == "agon" else {k: v for k, v in roles.items() if not k.startswith("draft")}
+        )
+        write_run(run.directory, [(0, 0.25, 30.0), (2, 0.5, 20.0)], steps=2,
+                  final={f"val/deployed/{k}": v for k, v in stats.items()})  # fmt: skip
+        (run.directory / MARKER).write_text(json.dumps({"argv": [], "wall_s": 1.0}))
+    agon, grpo = report(runs, tmp_path)
+    assert (agon.length_p50, agon.length_p90, agon.cap_hit) == (12.0, 30.0, 0.25)
+    assert (agon.draft_length_p50, agon.draft_length_p90, agon.draft_cap_hit) == (40.0, 64.0, 0.5)
+    assert math.isnan(grpo.draft_length_p90)  # one policy: no drafter stage of its own
+    table = (tmp_path / "results.md").read_text()
+    assert "| agon | 12.0 | 30.0 | 0.250 | 40.0 | 64.0 | 0.500 |" in table
+    assert "| grpo | 12.0 | 30.0 | 0.250 | — | — | — |" in table
 
 
 def fake_runner(calls: list[str], fail: set[str] = frozenset()):

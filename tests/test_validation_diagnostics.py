@@ -4,6 +4,7 @@ the single-adapter cascades and the deployed key fixed before training."""
 from __future__ import annotations
 
 import pytest
+import torch
 from scripted import ScriptedRollout
 from test_training_paths import ZeroIsRight
 
@@ -134,3 +135,33 @@ def test_ratios_of_means_are_ratios_of_counts_and_undefined_ones_are_left_out():
     }
     assert ratio_metrics({"_both_wrong": 0.0, "_either_wrong": 0.0, "_alpha_wrong": 0.0}) == {}
     assert ratio_metrics({"_both_wrong": 0.2, "_either_wrong": 0.5}) == pytest.approx({"jaccard": 0.4})
+
+
+def test_length_quantiles_and_cap_hits_per_role_agree_with_each_problem(tiny_model_dir):
+    # Item 7 of the Countdown testbed: length is a measurement, per role (the drafter's stage and
+    # the answering stage), as p50/p90 and the share of completions stopped by max_new_tokens.
+    metrics, rows = evaluate(tiny_model_dir)
+    for key, drafter in (("alpha", None), ("cascade_ab", "alpha"), ("cascade_ba", "beta")):
+        roles = [("length", "length", "capped")]
+        if drafter is not None:
+            roles.append(("draft/length", "draft_tokens", "draft_capped"))
+        for name, length, capped in roles:
+            values = torch.tensor([float(r[f"{key}/{length}"]) for r in rows])
+            caps = [r[f"{key}/{capped}"] for r in rows]
+            assert 0 < sum(caps) < len(caps), "a fixture without both capped and stopped completions"
+            assert metrics[f"val/{key}/{name}/p50"] == pytest.approx(float(values.quantile(0.5)))
+            assert metrics[f"val/{key}/{name}/p90"] == pytest.approx(float(values.quantile(0.9)))
+            cap_stat = "cap_hit" if name == "length" else "draft/cap_hit"
+            assert metrics[f"val/{key}/{cap_stat}"] == pytest.approx(sum(caps) / len(caps))
+        if drafter is not None:  # the draft stage is the drafter's own completion
+            assert [r[f"{key}/draft_capped"] for r in rows] == [r[f"{drafter}/capped"] for r in rows]
+    assert metrics["val/deployed/draft/length/p90"] == metrics["val/cascade_ab/draft/length/p90"]
+
+
+def test_quantiles_of_no_values_are_left_out():
+    from agon_lightning.training.validation import quantile_metrics
+
+    assert quantile_metrics("length", []) == {}
+    assert quantile_metrics("length", torch.tensor([1.0, 2.0, 3.0, 10.0])) == {
+        "length/p50": pytest.approx(2.5), "length/p90": pytest.approx(7.9),
+    }  # fmt: skip

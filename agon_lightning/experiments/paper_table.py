@@ -16,7 +16,7 @@ runs on whatever base config it was given. Per cell:
 Then the two headline steps as paired bootstrap differences (cooperative − GRPO: exchange;
 Agon − cooperative: competition), the ablations and the density rows, and what the paper leaves
 open: the adapters' error overlap at the first and last evaluation, the deployed cascade's
-conversions and regressions, and its cost per problem.
+conversions and regressions, its cost per problem, and the length per role (p50, p90, cap hit).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agon_lightning.experiments.stats import clopper_pearson
-from agon_lightning.experiments.sweep_report import SPLITS, RunResult, compare, mean_std
+from agon_lightning.experiments.sweep_report import SPLITS, RunResult, compare, length_lines, mean_std
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,7 @@ def paper_lines(results: Sequence[RunResult]) -> list[str]:
             f"{mean_of(results, row.variant, 'length')} | {mean_of(results, row.variant, 'total_tokens')} |"
         )
     lines += diagnostics_lines(results)
+    lines += ["", "## Length per role"] + length_lines(results)
     missing = [v for v in PAPER_VARIANTS if v not in ran]
     if missing:
         lines += ["", "Not run (yet): " + ", ".join(f"`{v}`" for v in missing) + "."]

@@ -44,6 +44,9 @@ FINAL_METRICS = {
     "challenger_prompt_tokens": "val/{key}/cost/challenger_prompt_tokens",
     "challenger_tokens": "val/{key}/cost/challenger_tokens", "wall_s_per_problem": "val/{key}/cost/wall_s",
     "conversions": "val/{key}/conversions", "regressions": "val/{key}/regressions",
+    "length_p50": "val/{key}/length/p50", "length_p90": "val/{key}/length/p90", "cap_hit": "val/{key}/cap_hit",
+    "draft_length_p50": "val/{key}/draft/length/p50", "draft_length_p90": "val/{key}/draft/length/p90",
+    "draft_cap_hit": "val/{key}/draft/cap_hit",
     "jaccard_end": "val/overlap/jaccard", "beta_wrong_given_alpha_wrong_end": "val/overlap/beta_wrong_given_alpha_wrong",
 }  # fmt: skip
 FIRST_METRICS = {"jaccard_start": "val/overlap/jaccard",
@@ -72,6 +75,14 @@ class RunResult:
     wall_s_per_problem: float = math.nan
     conversions: float = math.nan
     regressions: float = math.nan
+    # Length per role at the last evaluation: the answering stage (the policy alone, or the
+    # cascade's challenger) and, for a cascade, its drafter; cap_hit: stopped by max_new_tokens.
+    length_p50: float = math.nan
+    length_p90: float = math.nan
+    cap_hit: float = math.nan
+    draft_length_p50: float = math.nan
+    draft_length_p90: float = math.nan
+    draft_cap_hit: float = math.nan
     jaccard_start: float = math.nan
     jaccard_end: float = math.nan
     beta_wrong_given_alpha_wrong_start: float = math.nan
@@ -191,6 +202,24 @@ def _cell(values: Sequence[float], fmt: str) -> str:
     return f"{mean:{fmt}}" if math.isnan(std) else f"{mean:{fmt}} ± {std:{fmt}}"
 
 
+def length_lines(results: Sequence[RunResult]) -> list[str]:
+    """The markdown table of each variant's length per role at the last evaluation (mean ± std over seeds)."""
+    lines = [
+        "", "Length per role at the last evaluation (held-out, deployed policy): completion tokens p50 / p90 and "
+        "the share stopped by `max_new_tokens` (cap hit), for the stage that answers (the policy alone, or the "
+        "cascade's challenger) and for a cascade's drafter.", "",
+        "| variant | answer p50 | answer p90 | answer cap hit | draft p50 | draft p90 | draft cap hit |",
+        "|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for variant in dict.fromkeys(r.variant for r in results):
+        rs = [r for r in results if r.variant == variant]
+        cells = [_cell([getattr(r, k) for r in rs], fmt) for k, fmt in
+                 [("length_p50", ".1f"), ("length_p90", ".1f"), ("cap_hit", ".3f"), ("draft_length_p50", ".1f"),
+                  ("draft_length_p90", ".1f"), ("draft_cap_hit", ".3f")]]  # fmt: skip
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str] = ()) -> None:
     """``results.csv`` (one row per run), ``results.md`` (mean ± std per variant) and the plots."""
     out.mkdir(parents=True, exist_ok=True)
@@ -217,6 +246,7 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
                  [("pass_at_1", ".3f"), ("length", ".1f"), ("hard_pass_at_1", ".3f"), ("hard_length", ".1f"),
                   ("steps", ".0f"), ("rollout_tokens", ",.0f"), ("train_s", ".0f"), ("wall_s", ".0f")]]  # fmt: skip
         lines.append(f"| {variant} | {len(rs)} | " + " | ".join(cells) + " |")
+    lines += length_lines(results)
     rows = [
         (variant, reference, [compare(results, variant, reference, split) for split, _ in SPLITS])
         for variant, reference in COMPARISONS

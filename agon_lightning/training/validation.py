@@ -12,11 +12,15 @@ is fixed before training, never chosen by the scores.
 
 Per key and evaluation (``val/[SPLIT/]KEY/…``):
 
-- ``pass@1``, ``length``; ``cost/total_tokens`` (every token sampled for the answer: draft +
-  challenger for a cascade) and ``cost/wall_s`` (seconds per problem: the batch's generation
-  and summarising time for this key alone, over its problems; grading is not counted);
+- ``pass@1``, ``length`` (mean), ``length/p50`` and ``length/p90``, ``cap_hit`` (the fraction of
+  completions that reached ``max_new_tokens`` without stopping); ``cost/total_tokens`` (every
+  token sampled for the answer: draft + challenger for a cascade) and ``cost/wall_s`` (seconds
+  per problem: the batch's generation and summarising time for this key alone, over its
+  problems; grading is not counted);
 - cascades also: ``cost/draft_tokens``, ``cost/challenger_prompt_tokens`` (the second stage's
-  prefill), ``cost/challenger_tokens``; ``conversions`` and ``regressions`` (fractions of the
+  prefill), ``cost/challenger_tokens``; the drafter's ``draft/length/p50``, ``draft/length/p90``
+  and ``draft/cap_hit`` (the length stats above are the answering challenger's: length is
+  measured per role); ``conversions`` and ``regressions`` (fractions of the
   problems whose draft was wrong and final right, or right and final wrong, so pass@1 of the
   cascade = the drafter's + conversions − regressions) and ``conversion_rate`` /
   ``regression_rate`` (the same over wrong, resp. right drafts);
@@ -37,7 +41,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torchmetrics import MeanMetric
+from torchmetrics import CatMetric, MeanMetric
 
 from agon_lightning.names import ALPHA, BASE, BETA
 from agon_lightning.pipeline import MixedPlayer, challenge_prompts
@@ -46,11 +50,14 @@ from agon_lightning.types import SPLIT, Problem  # SPLIT: also read from here
 
 ADAPTER_KEY = {ALPHA: "a", BETA: "b"}
 OVERLAP = "overlap"
-POLICY_STATS = ("pass@1", "length", "cost/total_tokens", "cost/wall_s")
-CASCADE_STATS = (
-    *POLICY_STATS, "cost/draft_tokens", "cost/challenger_prompt_tokens", "cost/challenger_tokens",
-    "conversions", "regressions", "_draft_wrong",
-)  # fmt: skip
+POLICY_STATS = ("pass@1", "length", "cost/total_tokens", "cost/wall_s", "cap_hit")
+STAGE_TOKENS = ("cost/draft_tokens", "cost/challenger_prompt_tokens", "cost/challenger_tokens")
+CASCADE_STATS = (*POLICY_STATS, *STAGE_TOKENS, "draft/cap_hit", "conversions", "regressions", "_draft_wrong")
+# Length distributions, per role: stat whose every value is kept → the name its quantiles log under.
+# ``length`` is the answering stage's (the policy alone, or a cascade's challenger); a cascade's
+# drafter is ``draft/length``.
+QUANTILED = {"length": "length", "cost/draft_tokens": "draft/length"}
+QUANTILES = {"p50": 0.5, "p90": 0.9}
 OVERLAP_STATS = ("_alpha_wrong", "_both_wrong", "_either_wrong")
 # Derived ratios: name → (numerator, denominator), both stats of the same key and rows.
 RATIOS = {
@@ -141,6 +148,11 @@ class CascadeEvaluator(nn.Module):
         self.metrics = nn.ModuleDict(
             {f"{key}__{stat}": MeanMetric() for key, stats in self.stats.items() for stat in stats}
         )
+        # Every value of the QUANTILED stats, gathered across ranks at compute (one per problem).
+        self.samples = nn.ModuleDict(
+            {f"{key}__{stat}": CatMetric() for key, stats in self.stats.items() for stat in stats
+             if stat in QUANTILED}
+        )  # fmt: skip
         self.history: list[tuple[int, dict[str, float]]] = []
         """``(step, {metric: value})`` per finished evaluation, oldest first (public)."""
         self.last_outputs: list[dict[str, Any]] = []
@@ -163,12 +175,15 @@ class CascadeEvaluator(nn.Module):
         drafter = self.deployed_drafter
         return cascade or next((a for a in self.adapters if a != drafter), drafter)
 
-    def _metric(self, split: str, key: str, stat: str) -> MeanMetric:
-        """The metric of ``key``'s ``stat`` on ``split``, created on first use for a named split."""
+    def _metric(self, split: str, key: str, stat: str, metrics: nn.ModuleDict | None = None) -> nn.Module:
+        """The metric of ``key``'s ``stat`` on ``split`` in ``metrics`` (the means by default), created
+        on first use for a named split."""
+        metrics = self.metrics if metrics is None else metrics
         name = f"{split}__{key}__{stat}" if split else f"{key}__{stat}"
-        if name not in self.metrics:
-            self.metrics[name] = MeanMetric().to(self.metrics[f"{key}__{stat}"].device)
-        return self.metrics[name]
+        if name not in metrics:
+            template = metrics[f"{key}__{stat}"]
+            metrics[name] = type(template)().to(template.device)
+        return metrics[name]
 
     def _add(self, key: str, rows: list[dict[str, float]], splits: list[str]) -> None:
         """Add one value per problem of each stat of ``key`` (``rows[i][stat]``)."""
@@ -176,9 +191,12 @@ class CascadeEvaluator(nn.Module):
             index = [i for i, s in enumerate(splits) if s == split]
             for stat in self.stats[key]:
                 metric = self._metric(split, key, stat)
-                metric.update(
-                    torch.tensor([rows[i][stat] for i in index], dtype=torch.float32, device=metric.device)
+                values = torch.tensor(
+                    [rows[i][stat] for i in index], dtype=torch.float32, device=metric.device
                 )
+                metric.update(values)
+                if stat in QUANTILED:
+                    self._metric(split, key, stat, self.samples).update(values)
             self._splits.add(split)
 
     def _generate(self, module: MixedPlayer, adapter: str, prompts: list[str]) -> tuple[RolloutBatch, float]:
@@ -204,19 +222,21 @@ class CascadeEvaluator(nn.Module):
         verdicts = {key: module.verifier.verify_batch(rb.texts, problems) for key, rb in outputs.items()}
         correct = {key: [float(v.correct) for v in vs] for key, vs in verdicts.items()}
         rows: dict[str, list[dict[str, float]]] = {}
+        capped = {key: rb.truncated.float().tolist() for key, rb in outputs.items()}
         for key in [BASE, *self.adapters]:
             lengths = outputs[key].lengths.tolist()
             rows[key] = [{"pass@1": correct[key][i], "length": lengths[i], "cost/total_tokens": lengths[i],
-                          "cost/wall_s": seconds[key] / n} for i in range(n)]  # fmt: skip
+                          "cost/wall_s": seconds[key] / n, "cap_hit": capped[key][i]} for i in range(n)]  # fmt: skip
         for key, drafter, _ in self.cascades:
             draft, final = outputs[drafter].lengths.tolist(), outputs[key].lengths.tolist()
             prefill = outputs[key].prompt_mask.sum(1).tolist()
             a, b = correct[drafter], correct[key]
             rows[key] = [
                 {"pass@1": b[i], "length": final[i], "cost/total_tokens": draft[i] + final[i],
-                 "cost/wall_s": seconds[key] / n, "cost/draft_tokens": draft[i],
+                 "cost/wall_s": seconds[key] / n, "cap_hit": capped[key][i], "cost/draft_tokens": draft[i],
                  "cost/challenger_prompt_tokens": prefill[i], "cost/challenger_tokens": final[i],
-                 "conversions": (1 - a[i]) * b[i], "regressions": a[i] * (1 - b[i]), "_draft_wrong": 1 - a[i]}
+                 "draft/cap_hit": capped[drafter][i], "conversions": (1 - a[i]) * b[i],
+                 "regressions": a[i] * (1 - b[i]), "_draft_wrong": 1 - a[i]}
                 for i in range(n)
             ]  # fmt: skip
         if OVERLAP in self.stats:
@@ -235,17 +255,14 @@ class CascadeEvaluator(nn.Module):
 
     def compute(self) -> dict[str, float]:
         """``val/[SPLIT/]KEY/STAT`` for every key, stat and split seen, with the ratios; resets the metrics."""
-        means: dict[tuple[str, str], dict[str, float]] = {}
-        for name, metric in self.metrics.items():
-            *split, key, stat = name.split("__")
-            if (split[0] if split else "") in self._splits:
-                means.setdefault((split[0] if split else "", key), {})[stat] = float(metric.compute())
-            metric.reset()
+        means = self._computed(self.metrics, lambda stat, value: {stat: float(value)})
+        quantiles = self._computed(self.samples, lambda stat, value: quantile_metrics(QUANTILED[stat], value))
         out = {}
         for (split, key), stats in sorted(means.items()):
             prefix = f"val/{split}/{key}/" if split else f"val/{key}/"
             out.update({prefix + s: v for s, v in stats.items() if not s.startswith("_")})
             out.update({prefix + s: v for s, v in ratio_metrics(stats).items()})
+            out.update({prefix + s: v for s, v in quantiles.get((split, key), {}).items()})
         for split in sorted(self._splits):
             prefix = f"val/{split}/" if split else "val/"
             deployed = f"{prefix}{self.deployed_key}/"
@@ -260,10 +277,30 @@ class CascadeEvaluator(nn.Module):
         self.last_outcomes, self.outcomes = self.outcomes, []
         return out
 
+    def _computed(self, metrics: nn.ModuleDict, values: Any) -> dict[tuple[str, str], dict[str, float]]:
+        """``(split, key) → values(stat, computed)`` merged, for every metric of a split seen; resets them."""
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for name, metric in metrics.items():
+            *split, key, stat = name.split("__")
+            split = split[0] if split else ""
+            if split in self._splits:
+                out.setdefault((split, key), {}).update(values(stat, metric.compute()))
+            metric.reset()
+        return out
+
     def run(self, module: MixedPlayer, batches: Iterable[list[Problem]]) -> dict[str, float]:
         for batch in batches:
             self.update(module, batch)
         return self.compute()
+
+
+def quantile_metrics(name: str, values: torch.Tensor | list) -> dict[str, float]:
+    """``{name}/p50`` and ``{name}/p90`` of ``values`` (a :class:`~torchmetrics.CatMetric`'s
+    result: a tensor, or an empty list when nothing was added); ``{}`` for no values."""
+    values = torch.as_tensor(values, dtype=torch.float32).flatten()
+    if values.numel() == 0:
+        return {}
+    return {f"{name}/{q}": float(values.quantile(p)) for q, p in QUANTILES.items()}
 
 
 def outcome_record(
@@ -274,8 +311,9 @@ def outcome_record(
     deployed: str,
 ) -> dict[str, Any]:
     """One line of ``outcomes.jsonl``: question, split, the deployed key's name, and per key ``KEY``
-    (right?), ``KEY/length``, ``KEY/wall_s``; for cascades also ``KEY/draft_tokens``,
-    ``KEY/challenger_prompt_tokens``, ``KEY/challenger_tokens``, ``KEY/converted`` and ``KEY/regressed``."""
+    (right?), ``KEY/length``, ``KEY/capped`` (hit ``max_new_tokens``), ``KEY/wall_s``; for cascades also
+    ``KEY/draft_tokens``, ``KEY/challenger_prompt_tokens``, ``KEY/challenger_tokens``, ``KEY/draft_capped``,
+    ``KEY/converted`` and ``KEY/regressed``."""
     record: dict[str, Any] = {"question": problem.question, "split": split_of(problem), "deployed": deployed}
     for key, key_rows in rows.items():
         if key == OVERLAP:  # the adapters' own booleans give it, problem by problem
@@ -283,9 +321,11 @@ def outcome_record(
         r = key_rows[i]
         record[key] = bool(r["pass@1"])
         record[f"{key}/length"] = int(r["length"])
+        record[f"{key}/capped"] = bool(r["cap_hit"])
         record[f"{key}/wall_s"] = r["cost/wall_s"]
         if "conversions" in stats[key]:
-            record.update({f"{key}/{s.removeprefix('cost/')}": int(r[s]) for s in CASCADE_STATS[4:7]})
+            record.update({f"{key}/{s.removeprefix('cost/')}": int(r[s]) for s in STAGE_TOKENS})
+            record[f"{key}/draft_capped"] = bool(r["draft/cap_hit"])
             record[f"{key}/converted"] = bool(r["conversions"])
             record[f"{key}/regressed"] = bool(r["regressions"])
     return record
