@@ -27,12 +27,14 @@ def ci_commands() -> list[str]:
     return [line for line in lines if line.strip() and not line.startswith(("#", "set ", "cd "))]
 
 
-def test_ci_runs_the_readmes_set_up_and_test_commands_word_for_word_then_the_vllm_tests():
+def test_ci_runs_the_readmes_set_up_docs_and_test_commands_word_for_word_then_the_vllm_tests():
     set_up = readme_command("| set up (CPU) |")
+    docs = readme_command("| build the docs |", r'`(pip install -e "\.\[docs\]" [^`]+)`')
     test = readme_command("| run the tests |")
     vllm_cpu = readme_command("| CPU (", r"`(pip install torch==2\.13\.0 [^`]+)`")
     assert "vllm" not in set_up  # the newcomer's line: the vLLM tests skip after it
-    assert ci_commands() == [set_up, test, vllm_cpu, f"{test} -m vllm"]
+    assert docs.endswith("mkdocs build --strict")
+    assert ci_commands() == [set_up, docs, test, vllm_cpu, f"{test} -m vllm"]
     assert "set -euo pipefail" in (ROOT / ".ci" / "run").read_text().splitlines()  # a failure stops CI
 
 

@@ -27,8 +27,6 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from mkdocs.structure.files import File, Files
-
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 MISSING = "(required)"
@@ -358,7 +356,10 @@ PAGES = {
 }
 
 
-def on_files(files: Files, config: Any) -> Files:
+def on_files(files: Any, config: Any) -> Any:
+    """MkDocs' hook: every generated page and the committed plots join the site's files."""
+    from mkdocs.structure.files import File
+
     for uri, build in PAGES.items():
         files.append(File.generated(config, uri, content=build()))
     for name in ("sweep_paper", "sweep_tiny", "sweep_small"):
