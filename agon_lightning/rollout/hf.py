@@ -17,6 +17,7 @@ from torch import Tensor
 
 from agon_lightning.adapters.peft_boundary import base_model, our_name, peft_names
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+from agon_lightning.errors import UsageError
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout.base import (
     Rollout,
@@ -109,6 +110,18 @@ class HFRollout(Rollout):
                 model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs
             )
         else:
+            if any(hasattr(p, "ds_id") for p in model.parameters()):
+                raise UsageError(
+                    "under DeepSpeed ZeRO-3 HFRollout samples only with its decode loop, which calls no "
+                    "module: generate would run every partitioned module's hooks once per token, a number "
+                    "that differs between ranks, and the next step's forward fails. The decode loop cannot "
+                    f"sample this model: {reason}"
+                    + (
+                        " (sample inside agon_lightning.strategies.gathered(model), as AgonModule does)"
+                        if reason == "sharded weights"
+                        else ". Use rollout=vllm, or another strategy (ddp, fsdp2, deepspeed_zero2)"
+                    )
+                )
             if self.fused_decode:
                 _say_once(f"HFRollout samples with generate, not the decode loop: {reason}")
             completion, logprobs = self._generate(model, ids, attn, rows, tokenizer.pad_token_id, kwargs)
