@@ -167,3 +167,18 @@ def test_under_zero3_the_generate_fallback_is_refused_with_the_reason():
     next(model.parameters()).ds_id = 0  # what DeepSpeed ZeRO-3 marks its partitioned parameters with
     with pytest.raises(UsageError, match=r"ZeRO-3.*'prelu'.*rollout=vllm"):
         HFRollout(max_new_tokens=4).generate(model, tokenizer, ["1+1="])
+
+
+def test_under_zero3_generate_asked_for_by_name_runs_with_a_warning(monkeypatch):
+    from agon_lightning.rollout import hf
+
+    said: list[str] = []
+    monkeypatch.setattr(hf, "_SAID", set())
+    monkeypatch.setattr(hf, "rank_zero_info", said.append)
+    tokenizer = build_char_tokenizer()
+    tokenizer.padding_side = "left"
+    model = tiny("llama")
+    next(model.parameters()).ds_id = 0
+    batch = HFRollout(max_new_tokens=3, fused_decode=False).generate(model, tokenizer, ["1+1="])
+    assert len(batch.texts) == 1
+    assert len(said) == 1 and "fused_decode=False" in said[0] and "ZeRO-3" in said[0]

@@ -110,7 +110,14 @@ class HFRollout(Rollout):
                 model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs
             )
         else:
-            if any(hasattr(p, "ds_id") for p in model.parameters()):
+            zero3 = any(hasattr(p, "ds_id") for p in model.parameters())
+            if zero3 and not self.fused_decode:  # asked for by name (benchmarks compare the paths)
+                _say_once(
+                    "HFRollout(fused_decode=False) under DeepSpeed ZeRO-3: generate runs every partitioned "
+                    "module's hooks once per token; ranks that sample different lengths then fail at the next "
+                    "training forward"
+                )
+            elif zero3:
                 raise UsageError(
                     "under DeepSpeed ZeRO-3 HFRollout samples only with its decode loop, which calls no "
                     "module: generate would run every partitioned module's hooks once per token, a number "
