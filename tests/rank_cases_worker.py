@@ -209,6 +209,7 @@ def run_case(case: str, name: str, model_dir: str, out: Path) -> dict:
         "start": start.weights,
         "steps": module.agon_step,
         "skipped": module.skipped_steps,
+        "summaries": None if module.last_record is None else list(module.last_record.summaries or []),
         "divergence": trace.divergence,
         "compared": trace.steps,
         "counts": trace.counts,

@@ -104,6 +104,9 @@ def test_rank_dependent_work_finishes_alike_on_every_rank_and_as_under_ddp(strat
         # The case trained something (nonfinite: its second step; old_act elsewhere: as lengths).
         assert max_diff(first["weights"], first["start"]) > 1e-3, f"{case}: the adapters did not move"
     assert len(ours[0]["val_not_divisible"]["history"]) == 1
+    # The cases did what they say: rank 1's drafts left nothing to summarise, rank 0's did.
+    assert ours[1]["no_answer"]["summaries"] and all(s == "" for s in ours[1]["no_answer"]["summaries"])
+    assert any(s != "" for s in ours[0]["no_answer"]["summaries"])
 
 
 @pytest.mark.slow

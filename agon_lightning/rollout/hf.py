@@ -58,7 +58,9 @@ class HFRollout(Rollout):
         fused_decode: Sample Llama-family models (Qwen3, Qwen2, Llama, Mistral) with our own
             decode loop (fused projections with the adapter merged, a preallocated cache,
             finished rows dropped; :mod:`agon_lightning.rollout.decode_loop`); anything it does not reproduce
-            exactly goes to ``generate``.
+            exactly goes to ``generate``, except under DeepSpeed ZeRO-3, where ``generate`` would run
+            every partitioned module's hooks a rank-dependent number of times (the loop calls no
+            module): there a model the loop cannot sample stops with the reason.
     """
 
     def __init__(
