@@ -39,7 +39,7 @@ _RUNS: dict[str, list[dict]] = {}
 
 
 def runs(strategy: str, model_dir: Path, root: Path) -> list[dict]:
-    """Each rank's results, by case, of one launch under ``strategy`` (one launch per strategy and session)."""
+    """Each rank's results, by case, of one launch under ``strategy`` (one launch per strategy per test run)."""
     if strategy not in _RUNS:
         out = root / strategy
         out.mkdir(parents=True)

@@ -60,7 +60,8 @@ def _functional(act: nn.Module) -> Activation | None:
 
 
 def activation_unsupported(act: object, hidden_act: object = None) -> str | None:
-    """Why ``act`` has no hook-free form (weights or submodules of its own); ``None`` if it has one."""
+    """Why ``act`` has no hook-free form (weights or submodules of its own, a module called in its
+    forward); ``None`` if it has one."""
     if not isinstance(act, nn.Module):
         return None if callable(act) else f"activation {hidden_act!r} ({type(act).__name__}) is not callable"
     if _functional(act) is not None:
@@ -94,7 +95,8 @@ def plain_activation(act: object, hidden_act: object = None) -> Activation:
     """A function computing ``act`` that enters no module's ``__call__`` (so no hook runs).
 
     Raises:
-        ValueError: ``act`` has weights, buffers or submodules of its own (named), or is not callable.
+        ValueError: ``act`` has weights, buffers or submodules of its own (named), calls a module
+            in its forward (named), or is not callable.
     """
     reason = activation_unsupported(act, hidden_act)
     if reason is not None:
