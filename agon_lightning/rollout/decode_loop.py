@@ -28,7 +28,8 @@ returned beside it (what ``train/logprob_mismatch`` and ``grpo.tis_cap`` read). 
 loop is plain torch and runs on any device; on a GPU the fast path is vLLM. Anything this loop
 does not reproduce exactly — another architecture, a sliding window, a length-dependent rotary
 scaling, an activation with weights of its own, a generation config with a repetition penalty or
-banned words, sharded weights, DoRA — is reported by :func:`unsupported` and sampled by ``generate`` instead.
+banned words, sharded weights, DoRA — is reported by :func:`unsupported` and sampled by ``generate`` instead
+(under DeepSpeed ZeRO-3 ``HFRollout`` stops with the reason: ``generate`` calls the hooked modules).
 """
 
 from __future__ import annotations
