@@ -7,11 +7,20 @@ then a fresh pair of processes resumes each from its step-1 checkpoint::
 
     python scripts/check_strategies.py [--out benchmarks/results/strategies.json]
     python scripts/check_strategies.py --strategies fsdp2 --dtype bfloat16
+    python scripts/check_strategies.py --rank-cases   # the rank-dependent cases instead
+
 
 Per strategy: the largest |weight difference| from DDP after each step (both adapters), the
 largest update, whether the restored adapters and optimizer state are bit-identical to the
 saved ones, whether resumed step 2 equals the unbroken step 2 bit for bit, and the checkpoint
 (format, bytes, tensors held).
+
+``--rank-cases`` runs ``tests/rank_cases_worker.py`` instead (one launch per strategy, every
+case of work that differs between the ranks: lengths, prompt lengths, zero-variance groups,
+drafts without answers, a non-finite loss on one rank, an uneven last batch, a validation set
+that does not divide by the ranks) and prints, per case and strategy, the largest |adapter
+difference| from DDP's, or the first call at which the ranks' collectives or ZeRO-3-hooked
+module calls differed, or the error the case stopped with.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "ddp_worker.py"
+RANK_WORKER = ROOT / "tests" / "rank_cases_worker.py"
+RANK_STRATEGIES = {"ddp": "ddp", "fsdp2": "fsdp2", "deepspeed_zero2": "zero2", "deepspeed_zero3": "zero3"}
 CASES = {
     "fsdp2": ("fsdp2", ["--no-checkpointing"]),
     "fsdp2_one_file": ("fsdp2", ["--format", "file"]),
@@ -44,6 +55,41 @@ def run(strategy: str, out: Path, model_dir: Path, *extra: str) -> list[dict]:
     if proc.returncode != 0:
         raise RuntimeError(f"{strategy} failed:\n{proc.stderr[-4000:]}")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def rank_cases(model_dir: Path, work: Path) -> None:
+    """The table of rank-dependent cases × strategies: largest |adapter difference| from DDP's."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent)}
+    results = {}
+    for name, strategy in RANK_STRATEGIES.items():
+        out = work / f"rank-{name}"
+        out.mkdir(parents=True)
+        proc = subprocess.run([sys.executable, str(RANK_WORKER), strategy, str(out), str(model_dir)],
+                              env=env, capture_output=True, text=True, timeout=1800)  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} failed:\n{proc.stderr[-4000:]}")
+        results[name] = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    from rank_cases_worker import CASES
+
+    print("\n### Rank-dependent work: largest |adapter difference| from DDP (2 gloo processes)\n")
+    print("| case | " + " | ".join(RANK_STRATEGIES) + " |")
+    print("|---|" + "---|" * len(RANK_STRATEGIES))
+    ddp = results["ddp"][0]
+    for case, what in CASES.items():
+        cells = []
+        for name in RANK_STRATEGIES:
+            ours, other = results[name][0][case], results[name][1][case]
+            if ours["error"] or other["error"]:
+                cells.append(f"stopped: {ours['error'] or other['error']}")
+            elif ours["divergence"]:
+                cells.append(f"ranks diverged, stopped: {ours['divergence']}")
+            else:
+                same = all(torch.equal(v, other["weights"][n]) for n, v in ours["weights"].items())
+                cells.append(
+                    f"{max_diff(ours['weights'], ddp[case]['weights']):.1e}"
+                    + ("" if same else " (ranks differ)")
+                )
+        print(f"| {case}: {what} | " + " | ".join(cells) + " |")
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -89,6 +135,9 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--out", default=None, help="JSON file (default: print only)")
+    parser.add_argument(
+        "--rank-cases", action="store_true", help="the rank-dependent cases × strategies table"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(WORKER.parent))
     from conftest import build_char_tokenizer, build_tiny_model
@@ -98,6 +147,9 @@ def main() -> None:
     tokenizer = build_char_tokenizer()
     build_tiny_model(tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
+    if args.rank_cases:
+        rank_cases(model_dir, work)
+        return
     dtype = ["--dtype", args.dtype]
     ddp = run("ddp", work / "ddp", model_dir, *dtype)
     rows = []

@@ -11,6 +11,14 @@ steps skipped as non-finite, how far each adapter moved, the engine/trainer log-
 mismatch under vLLM) and writes it as JSON. Every cell must say ``ok``: a crash is a row
 with its error, and the exit status is 1. What follows ``--`` goes to every run.
 
+The ``rank_lengths`` case (``--cases``) runs each multi-process strategy (DDP, FSDP2, ZeRO-2,
+ZeRO-3) on 2 devices with rank 1 decoding more new tokens than rank 0 (a callback sets each
+rank's budget before its step): ranks that sample different lengths must still call the same
+collectives and, under ZeRO-3, the same hooked modules in each step. ``tests/call_trace.py``'s
+recorder compares them across the ranks at each step's end; a difference fails the cell with
+the first differing call named. It needs 2 GPUs (a cell on a machine with one says so and is
+skipped); ``--cpu-dry-run`` runs it on 2 gloo processes.
+
 The tokenizer is the project's character tokenizer (its ids fit in Qwen3's 151,936-entry
 vocabulary), so nothing is fetched from a hub. Sized for one GPU in under ten minutes:
 P=4 problems, N=4 rollouts, 128 new tokens, eager vLLM (no CUDA graphs to capture).
@@ -42,7 +50,15 @@ STRATEGIES = {
     "deepspeed_zero2": "configs/strategy/deepspeed_zero2.yaml",
     "deepspeed_zero3": "configs/strategy/deepspeed_zero3.yaml",
 }
+# The rank-dependent-lengths case: every strategy that runs more than one process.
+RANK_LENGTHS = {
+    "ddp": "configs/strategy/ddp.yaml",
+    "fsdp2": "configs/strategy/fsdp2.yaml",
+    "deepspeed_zero2": "configs/strategy/deepspeed_zero2.yaml",
+    "deepspeed_zero3": "configs/strategy/deepspeed_zero3.yaml",
+}
 ROLLOUTS = ("hf", "vllm")
+CASES = ("plain", "rank_lengths")
 
 
 def build_model(path: Path, cpu_dry_run: bool) -> None:
@@ -70,13 +86,27 @@ class EvenLength(Verifier):
         return Verdict(correct=len(completion) % 2 == 0)
 
 
-def cli_args(strategy: str, rollout: str, model_dir: str, steps: int, root: Path, cpu: bool) -> list[str]:
+def cells(strategies: list[str], rollouts: list[str], cases: list[str]) -> list[tuple[str, str, str]]:
+    """``(strategy, rollout, case)`` of every cell: the plain matrix, then rank_lengths per multi-process strategy."""
+    out = [(s, r, "plain") for s in strategies for r in rollouts] if "plain" in cases else []
+    if "rank_lengths" in cases:
+        multi = [s for s in strategies if s in RANK_LENGTHS] + (["ddp"] if "single" in strategies else [])
+        out += [
+            (s, r, "rank_lengths") for s in sorted(set(multi), key=list(RANK_LENGTHS).index) for r in rollouts
+        ]
+    return out
+
+
+def cli_args(
+    strategy: str, rollout: str, model_dir: str, steps: int, root: Path, cpu: bool, case: str = "plain"
+) -> list[str]:
     args = ["--config", str(ROOT / "configs/agon.yaml")]
-    if STRATEGIES[strategy]:
-        args += ["--config", str(ROOT / STRATEGIES[strategy])]
+    overlay = RANK_LENGTHS[strategy] if case == "rank_lengths" else STRATEGIES[strategy]
+    if overlay:
+        args += ["--config", str(ROOT / overlay)]
     args += [
         f"--model.model_name_or_path={model_dir}", "--model.dtype=bfloat16",
-        f"--trainer.accelerator={'cpu' if cpu else 'gpu'}", "--trainer.devices=1",
+        f"--trainer.accelerator={'cpu' if cpu else 'gpu'}", f"--trainer.devices={2 if case == 'rank_lengths' else 1}",
         f"--trainer.limit_train_batches={steps}", "--trainer.max_epochs=1", "--trainer.limit_val_batches=0",
         "--model.validate_at_start=false", "--model.grpo.num_generations=4", "--data.init_args.batch_size=4",
         f"--trainer.default_root_dir={root}",
@@ -89,10 +119,26 @@ def cli_args(strategy: str, rollout: str, model_dir: str, steps: int, root: Path
     return args
 
 
+def rank_lengths_callback(extra_tokens: int) -> object:
+    """A callback giving rank r ``r · extra_tokens`` more new tokens during each training step."""
+    import lightning as L
+
+    class RankLengths(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.budget = pl_module.rollout.max_new_tokens
+            pl_module.rollout.max_new_tokens = self.budget + extra_tokens * trainer.global_rank
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            pl_module.rollout.max_new_tokens = self.budget
+
+    return RankLengths()
+
+
 def run_one(
-    strategy: str, rollout: str, model_dir: str, steps: int, out: Path, cpu: bool, extra: list[str]
-) -> None:
-    """Inside a fresh process: one cell of the matrix, its stats to ``out``."""
+    strategy: str, rollout: str, model_dir: str, steps: int, out: Path, cpu: bool, extra: list[str],
+    case: str = "plain",
+) -> None:  # fmt: skip
+    """Inside a fresh process (each rank of a rank_lengths cell): one cell of the matrix, its stats to ``out``."""
     import resource
 
     import lightning as L
@@ -105,6 +151,7 @@ def run_one(
     stats: dict = {
         "strategy": strategy,
         "rollout": rollout,
+        "case": case,
         "step_s": [],
         "gen_tokens_per_s": [],
         "mismatch": [],
@@ -141,15 +188,27 @@ def run_one(
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    args = cli_args(strategy, rollout, model_dir, steps, out.parent / f"{strategy}-{rollout}", cpu) + extra
+    root = out.parent / f"{strategy}-{rollout}-{case}"
+    args = cli_args(strategy, rollout, model_dir, steps, root, cpu, case) + extra
     cli = AgonCLI(args=args, run=False)
     # Random weights answer nothing right: a verifier with a signal on any text, so both adapters must move.
     cli.model.verifier = EvenLength()
     cli.trainer.callbacks.append(Stats())
+    trace = None
+    if case == "rank_lengths":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from call_trace import CallTrace
+
+        trace = CallTrace()
+        cli.trainer.callbacks += [rank_lengths_callback(4 if cpu else 32), trace]
     cli.model.configure_model()  # counted whole, before a strategy shards it
     base = sum(p.numel() for n, p in cli.model.policy.named_parameters() if "lora_" not in n)
     adapters = sum(p.numel() for n, p in cli.model.policy.named_parameters() if "lora_" in n)
     cli.trainer.fit(cli.model, cli.datamodule)
+    if trace is not None:
+        if trace.divergence is not None:
+            raise RuntimeError(f"the ranks diverged: {trace.divergence}")
+        stats["steps_compared"] = trace.steps
     peak = (
         torch.cuda.max_memory_allocated() / 2**30
         if cuda
@@ -157,26 +216,37 @@ def run_one(
     )
     stats.update(peak_gib=peak, peak_kind="GPU allocated" if cuda else "host RSS", adapter_share=adapters / base,
                  skipped_steps=cli.model.skipped_steps, base_params=base)  # fmt: skip
-    out.write_text(json.dumps(stats))
+    if cli.trainer.is_global_zero:  # every rank of a rank_lengths cell runs this; one writes
+        out.write_text(json.dumps(stats))
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| strategy | rollout | status | step s (median) | gen tok/s | peak GiB | adapters/base | skipped | moved (max abs) | logp mismatch |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| strategy | rollout | case | status | step s (median) | gen tok/s | peak GiB | adapters/base | skipped | moved (max abs) | logp mismatch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        head = f"| {r['strategy']} | {r['rollout']} | {r.get('case', 'plain')} |"
         if "error" in r:
-            lines.append(f"| {r['strategy']} | {r['rollout']} | FAILED: {r['error'][:120]} | | | | | | | |")
+            lines.append(f"{head} FAILED: {r['error'][:120]} | | | | | | | |")
+            continue
+        if "skipped" in r:
+            lines.append(f"{head} skipped: {r['skipped']} | | | | | | | |")
             continue
         moved = " ".join(f"{a}={v:.1e}" for a, v in r["moved"].items())
         mismatch = f"{max(r['mismatch']):.1e}" if r["mismatch"] else "-"
         lines.append(
-            f"| {r['strategy']} | {r['rollout']} | ok | {statistics.median(r['step_s']):.2f} | "
+            f"{head} ok | {statistics.median(r['step_s']):.2f} | "
             f"{statistics.median(r['gen_tokens_per_s']):.0f} | {r['peak_gib']:.2f} | {r['adapter_share']:.2%} | "
             f"{r['skipped_steps']} | {moved} | {mismatch} |"
         )
     return "\n".join(lines)
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def main() -> None:
@@ -184,58 +254,54 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     parser.add_argument("--rollouts", nargs="+", default=list(ROLLOUTS), choices=ROLLOUTS)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     parser.add_argument("--out", default="gpu_smoke.json")
     parser.add_argument("--cpu-dry-run", action="store_true", help="the same matrix on a tiny Qwen3, on CPU")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per cell")
     parser.add_argument(
-        "--one", nargs=4, metavar=("STRATEGY", "ROLLOUT", "MODEL_DIR", "OUT"), help=argparse.SUPPRESS
+        "--one", nargs=5, metavar=("STRATEGY", "ROLLOUT", "CASE", "MODEL_DIR", "OUT"), help=argparse.SUPPRESS
     )
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.one:
-        strategy, rollout, model_dir, out = args.one
-        run_one(strategy, rollout, model_dir, args.steps, Path(out), args.cpu_dry_run, extra)
+        strategy, rollout, case, model_dir, out = args.one
+        run_one(strategy, rollout, model_dir, args.steps, Path(out), args.cpu_dry_run, extra, case)
         return
     work = Path(tempfile.mkdtemp(prefix="agon-smoke-"))
     model_dir = work / ("tiny-qwen3-random" if args.cpu_dry_run else "qwen3-0.6b-random")
     build_model(model_dir, args.cpu_dry_run)
     rows = []
-    for strategy in args.strategies:
-        for rollout in args.rollouts:
-            out = work / f"{strategy}-{rollout}.json"
-            cmd = [
-                sys.executable,
-                __file__,
-                "--steps",
-                str(args.steps),
-                "--one",
-                strategy,
-                rollout,
-                str(model_dir),
-                str(out),
-            ]
-            cmd += ["--cpu-dry-run"] if args.cpu_dry_run else []
-            cmd += ["--", *extra] if extra else []
-            started = time.perf_counter()
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
-                failed = proc.returncode != 0 or not out.exists()
-                error = (proc.stderr.strip().splitlines() or ["failed"])[-1] if failed else None
-                (work / f"{strategy}-{rollout}.log").write_text(proc.stdout + proc.stderr)
-            except subprocess.TimeoutExpired:
-                error = f"timed out after {args.timeout:g} s"
-            row = (
-                {"strategy": strategy, "rollout": rollout, "error": error}
-                if error
-                else json.loads(out.read_text())
-            )
-            row["wall_s"] = time.perf_counter() - started
-            rows.append(row)
-            print(
-                f"{strategy:>16} {rollout:>5}: {'FAILED ' + error if error else 'ok'} ({row['wall_s']:.0f} s)",
-                flush=True,
-            )
+    devices = 2 if args.cpu_dry_run else _gpus()
+    for strategy, rollout, case in cells(args.strategies, args.rollouts, args.cases):
+        name = f"{strategy}-{rollout}-{case}"
+        if case == "rank_lengths" and devices < 2:
+            rows.append({"strategy": strategy, "rollout": rollout, "case": case,
+                         "skipped": f"needs 2 GPUs, {devices} visible (--cpu-dry-run runs it on 2 CPU processes)"})  # fmt: skip
+            print(f"{strategy:>16} {rollout:>5} {case}: skipped ({rows[-1]['skipped']})", flush=True)
+            continue
+        out = work / f"{name}.json"
+        cmd = [sys.executable, __file__, "--steps", str(args.steps), "--one", strategy, rollout, case,
+               str(model_dir), str(out)]  # fmt: skip
+        cmd += ["--cpu-dry-run"] if args.cpu_dry_run else []
+        cmd += ["--", *extra] if extra else []
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
+            failed = proc.returncode != 0 or not out.exists()
+            error = (proc.stderr.strip().splitlines() or ["failed"])[-1] if failed else None
+            (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        except subprocess.TimeoutExpired:
+            error = f"timed out after {args.timeout:g} s"
+        row = (
+            {"strategy": strategy, "rollout": rollout, "case": case, "error": error}
+            if error
+            else json.loads(out.read_text())
+        )
+        row["wall_s"] = time.perf_counter() - started
+        rows.append(row)
+        status = "FAILED " + error if error else "ok"
+        print(f"{strategy:>16} {rollout:>5} {case}: {status} ({row['wall_s']:.0f} s)", flush=True)
     kind = (
         "CPU dry run, tiny Qwen3" if args.cpu_dry_run else "one GPU, Qwen3-0.6B architecture (random weights)"
     )

@@ -15,16 +15,21 @@ float32; the key/value cache is preallocated, written in place and doubled when 
 distinct prompt is prefilled once for the samples that share it; and rows that have finished
 are dropped from the batch, so a batch does not keep paying for its early finishers.
 
-The model's own modules still supply what differs between families (the rotary table, the
-activation, biases, the per-head ``q_norm``/``k_norm`` of Qwen3), and sampling applies
+The model supplies what differs between families (the rotary table, the activation, biases,
+the per-head ``q_norm``/``k_norm`` of Qwen3) as weights and plain functions: the loop calls no
+``nn.Module`` at all (:mod:`agon_lightning.rollout.plain`: the activation as the torch function
+it computes, the rotary table from the module's ``inv_freq``), so no strategy's module hooks run
+while sampling, and ranks that sample different lengths leave identical module traces (ZeRO-3
+compares them at the next forward). Sampling applies
 ``transformers``' own temperature, top-k and top-p warpers in ``generate``'s order, then draws
 by inverting the cumulative distribution (:func:`draw`), so the distribution sampled is the
 one ``generate`` samples; the log-prob of each drawn token under that distribution is
 returned beside it (what ``train/logprob_mismatch`` and ``grpo.tis_cap`` read). Greedy outputs equal ``generate``'s (``tests/test_decode.py``). The
 loop is plain torch and runs on any device; on a GPU the fast path is vLLM. Anything this loop
 does not reproduce exactly — another architecture, a sliding window, a length-dependent rotary
-scaling, a generation config with a repetition penalty or banned words, sharded weights, DoRA
-— is reported by :func:`unsupported` and sampled by ``generate`` instead.
+scaling, an activation with weights of its own, a generation config with a repetition penalty or
+banned words, sharded weights, DoRA — is reported by :func:`unsupported` and sampled by ``generate`` instead
+(under DeepSpeed ZeRO-3 ``HFRollout`` stops with the reason: ``generate`` calls the hooked modules).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from torch.nn import functional as F
 
 from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.peft_boundary import active_adapter, our_name
+from agon_lightning.rollout.plain import Activation, RotaryTable, activation_unsupported, plain_activation
 from agon_lightning.rollout.sampling import drawn_logprobs, is_sharded
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
@@ -136,8 +142,8 @@ class Weights:
     embed: Tensor
     norm: Tensor
     head: Tensor
-    rotary: nn.Module
-    act: Any
+    rotary: RotaryTable  # plain functions of the weights: sampling calls no module (and no hook)
+    act: Activation
     heads: int
     kv_heads: int
     head_dim: int
@@ -177,6 +183,10 @@ def unsupported(model: nn.Module, generate_kwargs: dict[str, Any]) -> str | None
             return "sliding-window attention"
         if abs(float(attn.scaling) - attn.head_dim**-0.5) > 1e-12:
             return f"attention scaling {attn.scaling} is not head_dim ** -0.5"
+    act = decoder.layers[0].mlp.act_fn
+    reason = activation_unsupported(act, getattr(config, "hidden_act", None))
+    if reason is not None:
+        return reason
     if getattr(lm.get_output_embeddings(), "bias", None) is not None:
         return "an output layer with a bias"
     if is_sharded(decoder.embed_tokens.weight, (config.vocab_size, config.hidden_size)):
@@ -309,7 +319,8 @@ def weights(model: nn.Module, adapter: str | None) -> Weights:
     first = decoder.layers[0]
     return Weights(
         layers=layers, embed=decoder.embed_tokens.weight, norm=decoder.norm.weight,
-        head=lm.get_output_embeddings().weight, rotary=decoder.rotary_emb, act=first.mlp.act_fn,
+        head=lm.get_output_embeddings().weight, rotary=RotaryTable.of(decoder.rotary_emb),
+        act=plain_activation(first.mlp.act_fn, getattr(config, "hidden_act", None)),
         heads=config.num_attention_heads, kv_heads=config.num_key_value_heads, head_dim=first.self_attn.head_dim,
         intermediate=first.mlp.gate_proj.out_features, eps=float(config.rms_norm_eps),
         scaling=float(first.self_attn.scaling),
@@ -466,9 +477,7 @@ def decode(
     total, width = ids.shape
     eos = torch.tensor(eos_ids, device=device)
     capacity = width + min(max_new_tokens, CACHE_CHUNK)
-    table_cos, table_sin = w.rotary(
-        w.embed[:1][None], torch.arange(width + max_new_tokens, device=device)[None]
-    )
+    table_cos, table_sin = w.rotary(torch.arange(width + max_new_tokens, device=device)[None], w.embed.dtype)
     half = w.head_dim // 2
     table_cos, table_sin = table_cos[0], torch.cat([-table_sin[0, :, :half], table_sin[0, :, half:]], dim=-1)
     if counts is None:

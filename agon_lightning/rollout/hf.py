@@ -17,6 +17,7 @@ from torch import Tensor
 
 from agon_lightning.adapters.peft_boundary import base_model, our_name, peft_names
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
+from agon_lightning.errors import UsageError
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout.base import (
     Rollout,
@@ -57,7 +58,9 @@ class HFRollout(Rollout):
         fused_decode: Sample Llama-family models (Qwen3, Qwen2, Llama, Mistral) with our own
             decode loop (fused projections with the adapter merged, a preallocated cache,
             finished rows dropped; :mod:`agon_lightning.rollout.decode_loop`); anything it does not reproduce
-            exactly goes to ``generate``.
+            exactly goes to ``generate``, except under DeepSpeed ZeRO-3, where ``generate`` would run
+            every partitioned module's hooks a rank-dependent number of times (the loop calls no
+            module): there a model the loop cannot sample stops with the reason.
     """
 
     def __init__(
@@ -109,6 +112,25 @@ class HFRollout(Rollout):
                 model, ids, attn, rows, eos_ids, tokenizer.pad_token_id, kwargs
             )
         else:
+            zero3 = any(hasattr(p, "ds_id") for p in model.parameters())
+            if zero3 and not self.fused_decode:  # asked for by name (benchmarks compare the paths)
+                _say_once(
+                    "HFRollout(fused_decode=False) under DeepSpeed ZeRO-3: generate runs every partitioned "
+                    "module's hooks once per token; ranks that sample different lengths then fail at the next "
+                    "training forward"
+                )
+            elif zero3:
+                raise UsageError(
+                    "under DeepSpeed ZeRO-3 HFRollout samples only with its decode loop, which calls no "
+                    "module: generate would run every partitioned module's hooks once per token, a number "
+                    "that differs between ranks, and the next step's forward fails. The decode loop cannot "
+                    f"sample this model: {reason}"
+                    + (
+                        " (sample inside agon_lightning.strategies.gathered(model), as AgonModule does)"
+                        if reason == "sharded weights"
+                        else ". Use rollout=vllm, or another strategy (ddp, fsdp2, deepspeed_zero2)"
+                    )
+                )
             if self.fused_decode:
                 _say_once(f"HFRollout samples with generate, not the decode loop: {reason}")
             completion, logprobs = self._generate(model, ids, attn, rows, tokenizer.pad_token_id, kwargs)
