@@ -61,8 +61,8 @@ def progress_line(
         step: Training steps done.
         total: Steps the run will take (``None`` when unbounded: no total, no time left).
         means: Mean of each logged ``train/...`` metric over the steps the line covers.
-        roles: The adapters that played each role over those steps (``{"draft": "alpha",
-            "challenge": "beta"}``; ``alpha/beta`` where the roles rotated between them).
+        roles: Each role (``draft``, ``challenge``) → the adapters that played it over those
+            steps, names joined by ``/`` where the roles rotated between them.
         seconds_per_step: Mean wall time of one training step (evaluations left out).
     """
     parts = [f"step {step}/{total}" if total else f"step {step}"]

@@ -206,8 +206,9 @@ def test_shipped_configs_by_name_without_the_repository(tmp_path):
     usage_error(agon("fit", "--config", "agon:agn.yaml", cwd=tmp_path), "did you mean agon:agon.yaml?")
 
 
-def test_the_readme_shows_the_help_list():
-    readme = (ROOT / "README.md").read_text()
+@pytest.mark.parametrize("page", ["README.md", "docs/get-started.md"])
+def test_the_readme_and_the_docs_show_the_help_list(page):
+    text = (ROOT / page).read_text()
     width = max(map(len, COMMANDS))
     for name, (_, line) in COMMANDS.items():
-        assert f"\n  {name:<{width}}  {line}\n" in readme, name
+        assert f"\n  {name:<{width}}  {line}\n" in text, name

@@ -1,7 +1,7 @@
 """``agon sweep --table paper``: our results in the paper's order, its numbers beside ours.
 
 The paper's numbers (Qwen3-0.6B on DeepMath-hard, single runs, 300 held-out problems; from the
-detailed published summary the README cites) stand in their own columns; ours are the sweep's
+detailed published summary docs/concepts/reward.md cites) stand in their own columns; ours are the sweep's
 runs on whatever base config it was given. Per cell:
 
 - **pass@1 with a 95% Clopper–Pearson interval**, pooled over seeds × problems: the k right
