@@ -229,3 +229,60 @@ def test_version_helpers():
         check_versions(["a-v1", "b-v2"], ["a-v1", "b-v1"])
     rb = RolloutBatch(*(torch.zeros(2, 1) for _ in range(4)), ["x", "y"], torch.zeros(2), torch.zeros(2))
     assert rb.select(slice(0, 1)).versions is None
+
+
+# ------------------------------------------------------------------ agon vllm-serve
+def test_vllm_serve_prints_the_command_the_config_needs(capsys, tmp_path):
+    from agon_lightning.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "model:\n  lora:\n    r: 24\n  dtype: bfloat16\n  rollout:\n    class_path: vllm_server\n"
+        "    init_args:\n      urls: [http://node7:8123]\n"
+    )
+    main(
+        [
+            "vllm-serve",
+            "--config",
+            "agon:agon.yaml",
+            "--config",
+            str(config),
+            "--device",
+            "cpu",
+            "--",
+            "--seed",
+            "3",
+        ]
+    )
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True VLLM_CPU_KVCACHE_SPACE=")
+    assert " python -m vllm.entrypoints.openai.api_server --model " in line
+    assert "agon_lightning/assets/tiny-qwen3 " in line  # agon:tiny-qwen3, the shipped folder
+    for flags in ("--port 8123", "--dtype bfloat16", "--enable-lora", "--max-loras 4", "--max-lora-rank 32",
+                  "--logprobs-mode processed_logprobs", "--gpu-memory-utilization 0.2"):  # fmt: skip
+        assert f" {flags}" in line, flags
+    assert line.endswith("--seed 3")
+    main(["vllm-serve", "--config", "agon:agon.yaml", "--device", "cuda", "--port", "9000"])
+    line = capsys.readouterr().out
+    assert (
+        "--max-lora-rank 16" in line
+        and "--port 9000" in line
+        and "CPU" not in line
+        and "gpu-memory" not in line
+    )
+
+
+def test_vllm_serve_names_a_bad_config(capsys, tmp_path):
+    from agon_lightning.cli import main
+
+    (tmp_path / "bad.yaml").write_text("model:\n  lora:\n    r: 0\n")
+    for args, message in [
+        ([], "required: -c/--config"),
+        (["--config", str(tmp_path / "none.yaml")], "none.yaml: cannot be read"),
+        (["--config", str(tmp_path / "bad.yaml")], "model.lora.r must be a positive integer, got 0"),
+        (["--config", "agon:agon.yaml", "--device", "tpu"], "--device must be auto, cuda or cpu, got 'tpu'"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            main(["vllm-serve", *args])
+        assert stop.value.code == 2
+        assert message in capsys.readouterr().err, args

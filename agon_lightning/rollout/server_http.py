@@ -26,6 +26,8 @@ class ReplicaError(RuntimeError):
     server answers again (the adapters are sent again then).
     """
 
+    resumable = True  # the checkpoint callback names the checkpoint to resume from
+
 
 class AdapterVersionError(RuntimeError):
     """A sample came from another adapter version than the one the trainer expects."""
