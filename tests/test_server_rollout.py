@@ -10,6 +10,7 @@ against a real vLLM server.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -286,3 +287,53 @@ def test_vllm_serve_names_a_bad_config(capsys, tmp_path):
             main(["vllm-serve", *args])
         assert stop.value.code == 2
         assert message in capsys.readouterr().err, args
+
+
+# ------------------------------------------------------------------ several processes
+def _two_rank_worker(rank: int, port: int, out: str) -> None:
+    """Rank ``rank`` of 2 (gloo): samples twice on its own fake server; rank 1's second call fails."""
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        m = AgonModule(
+            model_name_or_path="agon:tiny-qwen3", lora=LoraOptions(r=4), grpo=GRPOOptions(num_generations=2),
+            rollout=VLLMServerRollout(["http://a:1"]), verifier=ExactMatchVerifier(), validate_at_start=False,
+        )  # fmt: skip
+        m.configure_model()
+        server = FakeServer("http://a:1")
+        if rank == 1:  # one server seen from two ranks: what rank 0 loads, rank 1 can sample
+            server.loras = {"alpha-v1": "", "beta-v1": ""}
+        r = rollout_on(server)
+        result = {"versions": sample(r, m).versions, "admin": [c for c in server.calls if c[0] != "complete"]}
+        if rank == 1:
+            server.failure = httpx.ConnectError("[Errno 111] Connection refused")
+        try:
+            sample(r, m)
+        except ReplicaError as err:
+            result["error"] = str(err)
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_rank_zero_pushes_for_all_and_a_failure_on_any_rank_stops_every_rank(tmp_path):
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_two_rank_worker, args=(rank, port, str(tmp_path))) for rank in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+    assert [p.exitcode for p in procs] == [0, 0]
+    zero, one = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert zero["versions"] == one["versions"] == ["alpha-v1", "beta-v1", BASE_ID]
+    assert zero["admin"] == [["load", "alpha-v1"], ["load", "beta-v1"]] and one["admin"] == []  # rank 0 alone
+    assert zero["error"] == one["error"] and "http://a:1 failed on POST /v1/completions" in one["error"]

@@ -1,8 +1,8 @@
 """VLLMServerRollout against real vLLM servers on 127.0.0.1 (the ``vllm_server`` CI stage).
 
-Two servers start once for the whole module (``agon vllm-serve``'s own command line, from an
-empty working directory, on the shipped tiny Qwen3; ~1 min and about one core each) and are
-always stopped. Every test but the last uses both; the last kills the second mid-run, so it
+Two servers start once for the whole module (``agon vllm-serve --config configs/agon.yaml
+--run``, which starts them from an empty working directory, on the shipped tiny Qwen3; ~1 min
+and about one core each) and are always stopped. Every test but the last uses both; the last kills the second mid-run, so it
 runs last (pytest keeps the file's order). Skipped, with the reason, where vllm is not
 installed. Run alone with ``pytest -m vllm_server``.
 """
@@ -29,7 +29,6 @@ from agon_lightning.cli import main
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.server import VLLMServerRollout
-from agon_lightning.rollout.server_command import merged_config, server_command
 from agon_lightning.rollout.server_http import ReplicaError
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
@@ -55,19 +54,17 @@ def free_port() -> int:
 
 
 class Server:
-    """One ``python -m vllm.entrypoints.openai.api_server`` in a process group of its own."""
+    """One vLLM server started by ``agon vllm-serve --run``, in a process group of its own."""
 
     def __init__(self, workdir: Path) -> None:
         workdir.mkdir()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env, argv = server_command(
-            merged_config([str(CONFIG)]), host="127.0.0.1", port=self.port, device="cpu", max_model_len=512
-        )
         self.log = workdir / "server.log"
         self.proc = subprocess.Popen(
-            [sys.executable, *argv[1:]], cwd=workdir, env={**os.environ, **env},
-            stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "agon_lightning.cli", "vllm-serve", "--config", str(CONFIG), "--host", "127.0.0.1",
+             "--port", str(self.port), "--device", "cpu", "--max-model-len", "512", "--run"],
+            cwd=workdir, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
     def wait(self, deadline: float) -> None:
@@ -195,6 +192,40 @@ def test_server_log_probs_are_the_trainers_within_the_in_process_bound(module):
         gap = float((ours - rb.logprobs).abs()[mask].max())
         assert gap < LOGP_TOL, (adapter, gap)
         assert float((other - rb.logprobs).abs()[mask].max()) > LOGP_TOL  # the check can tell policies apart
+
+
+def test_a_two_process_fsdp2_fit_pushes_whole_adapters_from_rank_zero(servers, tmp_path):
+    first = servers[0]
+    held = first.models()
+    before = {
+        a: max((int(m.rsplit("-v", 1)[1]) for m in held if m.startswith(f"{a}-v")), default=0)
+        for a in ("alpha", "beta")
+    }
+    root = tmp_path / "fsdp2"
+    args = fit_args(root, [first.url], "[]")
+    args[args.index("--trainer.limit_train_batches=3")] = "--trainer.limit_train_batches=2"
+    args += [
+        "--config",
+        str(ROOT / "configs/strategy/fsdp2.yaml"),
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "agon_lightning.cli", *args, "--threads", "1"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = [r for f in root.rglob("metrics.csv") for r in csv.DictReader(f.open()) if r.get("train/drafter")]
+    assert len(rows) == 2
+    # sharded training, whole adapters served: the server samples the trainer's policy on every rank
+    assert all(float(r["train/logprob_mismatch"]) < LOGP_TOL for r in rows), [
+        r["train/logprob_mismatch"] for r in rows
+    ]
+    held = {m for m in first.models() if "-v" in m}
+    assert held == {f"{a}-v{before[a] + 2}" for a in before}, (
+        before,
+        held,
+    )  # pushed at the start and after step 1 (nothing samples after step 2)
 
 
 class KillServer(L.Callback):

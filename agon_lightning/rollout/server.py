@@ -102,6 +102,16 @@ def _from_rank_zero(value: Any) -> Any:
     return box[0]
 
 
+def _first_failure(failure: BaseException | None) -> BaseException | None:
+    """The lowest rank's failure on every rank (one all-gather; ``failure`` itself without a process group)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return failure
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, failure)
+    return next((f for f in everyone if f is not None), None)
+
+
 class VLLMServerRollout(Rollout):
     """Samples on running vLLM servers (OpenAI-compatible API), both adapters pushed as versioned LoRAs.
 
@@ -259,7 +269,6 @@ class VLLMServerRollout(Rollout):
         unknown = sorted({n for n in names if n is not None and n not in self._current})
         if unknown:
             raise ValueError(f"no adapter {unknown} on the servers; they hold {sorted(self._current)}")
-        served = [self._base() if n is None else self._current[n] for n in names]
         device = next(model.parameters()).device
         ids, attn = encode_prompts(tokenizer, prompts, num_samples, device)  # [B, P], left-padded
         eos_ids = stop_token_ids(model, tokenizer)
@@ -269,30 +278,16 @@ class VLLMServerRollout(Rollout):
             top_p=1.0 if greedy else self.top_p, top_k=-1 if greedy or not self.top_k else self.top_k,
             stop_token_ids=eos_ids, ignore_eos=False, logprobs=0, return_tokens_as_token_ids=True,
         )  # fmt: skip
-        jobs, parts = [], []
-        for name in dict.fromkeys(served):  # each version's prompts split evenly over the replicas
-            rows = [i for i, s in enumerate(served) if s == name]
-            for k, replica in enumerate(self.replicas):
-                part = rows[k :: len(self.replicas)]
-                if part:
-                    request = {"model": name, "prompt": [tokens[i] for i in part], **body}
-                    jobs.append(lambda r=replica, q=request: r.call("POST", "/v1/completions", q["model"], q))
-                    parts.append((replica, name, part))
-        samples: list[Any] = [None] * len(ids)
-        versions: list[str] = [""] * len(ids)
-        for (replica, name, part), answer in zip(parts, run_all(jobs)):
-            choices = sorted(answer["choices"], key=lambda c: c["index"])
-            if len(choices) != len(part) * num_samples:
-                raise replica_error(
-                    replica.url, "POST /v1/completions", name,
-                    f"answered {len(choices)} completions for {len(part)} prompts x {num_samples}",
-                )  # fmt: skip
-            for j, prompt in enumerate(part):
-                for k in range(num_samples):
-                    row = prompt * num_samples + k
-                    samples[row] = _tokens_and_logprobs(choices[j * num_samples + k], replica.url, name)
-                    versions[row] = str(answer.get("model"))
-        check_versions([s for s in served for _ in range(num_samples)], versions)
+        failure: BaseException | None = None
+        try:
+            served = [self._base() if n is None else self._current[n] for n in names]
+            samples, versions = self._sample(served, tokens, num_samples, body)
+            check_versions([s for s in served for _ in range(num_samples)], versions)
+        except (ReplicaError, AdapterVersionError) as err:
+            failure = err
+        failure = _first_failure(failure)  # any rank's failure stops every rank: none waits in a collective
+        if failure is not None:
+            raise failure
         width = max(1, max(len(t) for t, _ in samples))
         completion = torch.full((len(samples), width), tokenizer.pad_token_id, dtype=torch.long)
         logprobs = torch.zeros(len(samples), width)
@@ -307,6 +302,35 @@ class VLLMServerRollout(Rollout):
             ids, attn, completion.to(device), mask.to(device), texts, mask.sum(dim=1).to(device),
             truncated.to(device), logprobs.to(device), versions,
         )  # fmt: skip
+
+    def _sample(
+        self, served: list[str], tokens: list[list[int]], num_samples: int, body: dict[str, Any]
+    ) -> tuple[list[tuple[list[int], list[float]]], list[str]]:
+        """``num_samples`` completions of each prompt ``tokens[i]`` by version ``served[i]``; each row's version."""
+        jobs, parts = [], []
+        for name in dict.fromkeys(served):  # each version's prompts split evenly over the replicas
+            rows = [i for i, s in enumerate(served) if s == name]
+            for k, replica in enumerate(self.replicas):
+                part = rows[k :: len(self.replicas)]
+                if part:
+                    request = {"model": name, "prompt": [tokens[i] for i in part], **body}
+                    jobs.append(lambda r=replica, q=request: r.call("POST", "/v1/completions", q["model"], q))
+                    parts.append((replica, name, part))
+        samples: list[Any] = [None] * (len(served) * num_samples)
+        versions: list[str] = [""] * len(samples)
+        for (replica, name, part), answer in zip(parts, run_all(jobs)):
+            choices = sorted(answer["choices"], key=lambda c: c["index"])
+            if len(choices) != len(part) * num_samples:
+                raise replica_error(
+                    replica.url, "POST /v1/completions", name,
+                    f"answered {len(choices)} completions for {len(part)} prompts x {num_samples}",
+                )  # fmt: skip
+            for j, prompt in enumerate(part):
+                for k in range(num_samples):
+                    row = prompt * num_samples + k
+                    samples[row] = _tokens_and_logprobs(choices[j * num_samples + k], replica.url, name)
+                    versions[row] = str(answer.get("model"))
+        return samples, versions
 
 
 def _base_of(replica: Replica, listing: Any) -> str:
