@@ -192,6 +192,15 @@ def test_server_log_probs_are_the_trainers_within_the_in_process_bound(module):
         gap = float((ours - rb.logprobs).abs()[mask].max())
         assert gap < LOGP_TOL, (adapter, gap)
         assert float((other - rb.logprobs).abs()[mask].max()) > LOGP_TOL  # the check can tell policies apart
+    # One call mixing all three: sent as concurrent requests the server may batch together
+    names = ["alpha", "beta", None] * 2
+    rb = module.rollout.generate(module.policy, module.tokenizer, prompts(module, 6), 2, adapter_names=names)
+    for adapter in ("alpha", "beta", None):
+        rows = [i for i, n in enumerate(n for n in names for _ in range(2)) if n == adapter]
+        with torch.no_grad():
+            ours = module._logprobs(adapter, rb, slice(0, len(rb)))[0]
+        gap = ((ours - rb.logprobs).abs() * rb.completion_mask)[rows].max()
+        assert float(gap) < LOGP_TOL, (adapter, float(gap))
 
 
 def test_a_two_process_fsdp2_fit_pushes_whole_adapters_from_rank_zero(servers, tmp_path):
@@ -260,8 +269,13 @@ def test_a_killed_server_stops_the_fit_in_one_line_and_it_resumes_with_the_adapt
         '{"class_path": "agon_lightning.callbacks.AgonCheckpoint", "init_args": {"every_n_train_steps": 1}}'
     )
     kill = f'{{"class_path": "test_vllm_server.KillServer", "init_args": {{"pgid": {doomed.proc.pid}, "after_step": 2}}}}'
+    validating = fit_args(
+        root, [first.url, doomed.url], f"[{checkpoint}, {kill}]"
+    )  # validates at the start too
+    validating[validating.index("--model.validate_at_start=false")] = "--model.validate_at_start=true"
+    validating[validating.index("--trainer.limit_val_batches=0")] = "--trainer.limit_val_batches=1"
     with pytest.raises(ReplicaError) as err:
-        main(fit_args(root, [first.url, doomed.url], f"[{checkpoint}, {kill}]"))
+        main(validating)
     line = str(err.value)
     assert "\n" not in line and f"vLLM server {doomed.url} failed on POST /v1/" in line
     assert "(adapter alpha-v" in line and "unreachable" in line and "--ckpt_path last" in line
@@ -288,3 +302,8 @@ def test_a_killed_server_stops_the_fit_in_one_line_and_it_resumes_with_the_adapt
     assert all(float(r["train/logprob_mismatch"]) < LOGP_TOL for r in rows), [
         r["train/logprob_mismatch"] for r in rows
     ]
+    evaluated = {
+        k for f in root.rglob("metrics.csv") for r in csv.DictReader(f.open()) for k, v in r.items() if v
+    }
+    for key in ("base", "alpha", "beta", "cascade_ab", "cascade_ba", "deployed"):  # mixed-adapter sampling
+        assert f"val/{key}/pass@1" in evaluated, key
