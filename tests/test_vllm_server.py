@@ -203,19 +203,31 @@ def test_server_log_probs_are_the_trainers_within_the_in_process_bound(module):
         assert float(gap) < LOGP_TOL, (adapter, float(gap))
 
 
-def test_a_two_process_fsdp2_fit_pushes_whole_adapters_from_rank_zero(servers, tmp_path):
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "fsdp2",
+        pytest.param(
+            "deepspeed_zero3",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed"
+            ),
+        ),
+    ],
+)
+def test_a_two_process_sharded_fit_pushes_whole_adapters_from_rank_zero(servers, tmp_path, strategy):
     first = servers[0]
     held = first.models()
     before = {
         a: max((int(m.rsplit("-v", 1)[1]) for m in held if m.startswith(f"{a}-v")), default=0)
         for a in ("alpha", "beta")
     }
-    root = tmp_path / "fsdp2"
+    root = tmp_path / strategy
     args = fit_args(root, [first.url], "[]")
     args[args.index("--trainer.limit_train_batches=3")] = "--trainer.limit_train_batches=2"
     args += [
         "--config",
-        str(ROOT / "configs/strategy/fsdp2.yaml"),
+        str(ROOT / f"configs/strategy/{strategy}.yaml"),
         "--trainer.accelerator=cpu",
         "--trainer.devices=2",
     ]
