@@ -374,6 +374,13 @@ class AgonCheckpoint(Checkpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self._signals.restore()
+        if getattr(exception, "resumable", False):  # e.g. a sampling server that went away
+            where = (
+                f"--ckpt_path last resumes from {self.last_model_path} (step {self.last_saved_step})"
+                if self.last_saved_step >= 0 and self.last_model_path
+                else "no checkpoint was written yet: rerun from the start once the cause is fixed"
+            )
+            rank_zero_info(f"stopped during step {trainer.global_step + 1}: {exception}; {where}")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._signals.restore()

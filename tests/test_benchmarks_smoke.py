@@ -127,3 +127,23 @@ def test_the_plan_counts_the_qwen3_0_6b_base_as_the_hand_count():
     from agon_lightning.plan import Shape
 
     assert Shape.of(qwen3_0_6b_config()).base_params() == 596_049_920
+
+
+def test_adapter_sync_counts_what_each_way_writes():
+    from transformers import Qwen3Config
+
+    from benchmarks.bench_adapter_sync import sync_costs
+
+    config = Qwen3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+    )  # fmt: skip
+    r = sync_costs(config, rank=4, dtype=torch.bfloat16, rounds=1)
+    # q 32→32, k and v 32→16, o 32→32, gate/up 32→64, down 64→32: r·(in+out) each, fp32 (PEFT keeps adapters in fp32)
+    lora = 4 * (64 + 48 + 48 + 64 + 96 + 96 + 96)
+    adapters, merged = r["adapters only"]["bytes"], r["merged full weights"]["bytes"]
+    assert (
+        2 * lora * 4 < adapters < 2 * lora * 4 + 2 * 16_000
+    )  # + each folder's headers and adapter_config.json
+    assert 2 * r["base_params"] * 2 <= merged < 2 * r["base_params"] * 2 + 2 * 16_000  # two bf16 models
+    assert r["byte_ratio"] == merged / adapters

@@ -32,6 +32,8 @@ class RolloutBatch:
         logprobs: ``[B, T]`` the sampler's own log-prob of each completion token under the
             distribution it drew from (after temperature, top-k and top-p; 0 on padding). Every
             shipped backend reports them; ``None`` only from a backend that cannot.
+        versions: ``B`` names of the adapter version each row was sampled with (``alpha-v7``),
+            from a backend that serves versioned adapters (a vLLM server); ``None`` otherwise.
     """
 
     prompt_ids: Tensor
@@ -42,6 +44,7 @@ class RolloutBatch:
     lengths: Tensor
     truncated: Tensor
     logprobs: Tensor | None = None
+    versions: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -52,6 +55,7 @@ class RolloutBatch:
             self.prompt_ids[index], self.prompt_mask[index], self.completion_ids[index],
             self.completion_mask[index], self.texts[index], self.lengths[index], self.truncated[index],
             None if self.logprobs is None else self.logprobs[index],
+            None if self.versions is None else self.versions[index],
         )  # fmt: skip
 
 

@@ -107,21 +107,33 @@ def check_architecture(vllm: Any, path: str, architectures: Sequence[str]) -> No
         )
 
 
-def write_adapter(model: Any, name: str, directory: Path) -> Path:
-    """Write adapter ``name`` of the PeftModel ``model`` in PEFT's layout into ``directory``.
+def adapter_state(model: Any, name: str) -> dict[str, torch.Tensor]:
+    """Adapter ``name`` of the PeftModel ``model`` as PEFT saves it: whole tensors on the CPU.
 
-    The whole adapter, also under FSDP2 or ZeRO-3 (every rank gathers it: call on every rank).
+    Only the adapter's LoRA tensors are gathered under FSDP2 or ZeRO-3 (a collective there:
+    call on every rank).
     """
     from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
 
-    directory.mkdir(parents=True)
     whole = full_tensors(model, keep=lambda n: of_adapter(n, name))
     state = get_peft_model_state_dict(model, state_dict=whole, adapter_name=name)
-    save_file(
-        {k: v.detach().to("cpu").contiguous() for k, v in state.items()},
-        directory / "adapter_model.safetensors",
-    )
+    return {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+
+
+def write_adapter(
+    model: Any, name: str, directory: Path, state: dict[str, torch.Tensor] | None = None
+) -> Path:
+    """Write adapter ``name`` of the PeftModel ``model`` in PEFT's layout into ``directory``.
+
+    The whole adapter, also under FSDP2 or ZeRO-3: without ``state`` every rank gathers it
+    (call on every rank); with ``state`` (from :func:`adapter_state`) nothing is gathered.
+    """
+    from safetensors.torch import save_file
+
+    if state is None:
+        state = adapter_state(model, name)
+    directory.mkdir(parents=True)
+    save_file(state, directory / "adapter_model.safetensors")
     model.peft_config[name].save_pretrained(str(directory))
     return directory
 
