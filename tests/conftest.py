@@ -80,12 +80,18 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ddp_run(tiny_model_dir, tmp_path_factory) -> list[dict]:
+def launches(tiny_model_dir, tmp_path_factory):
+    """The session's shared 2-process launches (tests/strategy_runs.py): one per strategy, one per resume."""
+    from strategy_runs import Launches
+
+    return Launches(tmp_path_factory.mktemp("launches"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def ddp_run(launches) -> list[dict]:
     """2-process DDP of tests/ddp_worker.py (checkpointing on, a checkpoint per step): each rank's record.
 
     The baseline that the DDP test holds to one process and the reference, and every sharded
-    strategy to DDP.
+    strategy to DDP (it shares its launch with DDP's rank-dependent cases).
     """
-    from strategy_runs import run_worker
-
-    return run_worker("ddp", 2, tmp_path_factory.mktemp("ddp") / "run", tiny_model_dir)
+    return launches.steps("ddp")

@@ -82,6 +82,62 @@ def optimizer_state(trainer: L.Trainer) -> dict:
     return {"groups": [g.get("name") for g in opt.param_groups], "state": tensors}
 
 
+def run_steps(
+    name: str,
+    devices: int,
+    out: Path,
+    model_dir: str,
+    resume: str | None = None,
+    file_format: str = "sharded",
+    checkpointing: bool = True,
+    dtype: str = "float32",
+) -> dict:
+    """One 2-step ``fit`` under strategy ``name``; saves and returns this rank's record (``out/rankR.pt``).
+
+    Later calls in the same processes join the process group the first one started.
+    """  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(0)
+    module = AgonModule(
+        model_name_or_path=model_dir, dtype=dtype, lora=LORA, grpo=GRPO, rollout=ScriptedRollout(max_new_tokens=16),
+        verifier=ExactMatchVerifier(), optimizer=SGD.factory, max_grad_norm=MAX_GRAD_NORM,
+        gradient_checkpointing=checkpointing, validate_at_start=True,
+    )  # fmt: skip
+    # One global batch per epoch, so every process count sees the same problems each step (samplers
+    # shuffle differently); a gold answer of "0" for every problem: rewards then vary inside each group.
+    data = ReasoningGymDataModule(
+        train_size=GLOBAL_BATCH, val_size=2, batch_size=GLOBAL_BATCH // devices, val_batch_size=1
+    )
+    data.setup()
+    for p in data.train_problems:
+        p.answer = "0"
+    recorder = Recorder()
+    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
+    # {step} in the name would read instead of the global step.
+    checkpoints = AgonCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=1, monitor=None,
+                                 save_top_k=-1, filename="epoch-{epoch}")  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu", devices=devices, strategy=strategy(name, devices, file_format),
+        max_epochs=STEPS, limit_val_batches=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(out), callbacks=[recorder, checkpoints],
+    )  # fmt: skip
+    # The module's hyperparameters hold these dataclasses (built here, not by the CLI, which saves
+    # dicts); Lightning drops weights_only for strategies that restore after setup (FSDP2, DeepSpeed).
+    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
+        trainer.fit(module, data, ckpt_path=resume)
+    record = {
+        "weights": full_tensors(module.policy),
+        "steps": module.agon_step,
+        "recorded": recorder.steps,
+        "restored": recorder.restored,
+        "optimizer": recorder.optimizer,
+        "history": module.evaluator.history,
+        "checkpoints": sorted(p.name for p in (out / "checkpoints").iterdir()),
+    }
+    torch.save(record, out / f"rank{trainer.global_rank}.pt")
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("strategy")
@@ -93,48 +149,8 @@ def main() -> None:
     parser.add_argument("--no-checkpointing", dest="checkpointing", action="store_false")
     parser.add_argument("--dtype", default="float32", help="the base's dtype (the adapters stay float32)")
     args = parser.parse_args()
-    L.seed_everything(0)
-    module = AgonModule(
-        model_name_or_path=args.model_dir, dtype=args.dtype, lora=LORA, grpo=GRPO, rollout=ScriptedRollout(max_new_tokens=16),
-        verifier=ExactMatchVerifier(), optimizer=SGD.factory, max_grad_norm=MAX_GRAD_NORM,
-        gradient_checkpointing=args.checkpointing, validate_at_start=True,
-    )  # fmt: skip
-    # One global batch per epoch, so every process count sees the same problems each step (samplers
-    # shuffle differently); a gold answer of "0" for every problem: rewards then vary inside each group.
-    data = ReasoningGymDataModule(
-        train_size=GLOBAL_BATCH, val_size=2, batch_size=GLOBAL_BATCH // args.devices, val_batch_size=1
-    )
-    data.setup()
-    for p in data.train_problems:
-        p.answer = "0"
-    recorder = Recorder()
-    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
-    # {step} in the name would read instead of the global step.
-    # Named by epoch (one step each): the module logs a "step" metric at validation, which a
-    # {step} in the name would read instead of the global step.
-    checkpoints = AgonCheckpoint(dirpath=str(args.out / "checkpoints"), every_n_train_steps=1, monitor=None,
-                                 save_top_k=-1, filename="epoch-{epoch}")  # fmt: skip
-    trainer = L.Trainer(
-        accelerator="cpu", devices=args.devices, strategy=strategy(args.strategy, args.devices, args.format),
-        max_epochs=STEPS, limit_val_batches=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(args.out), callbacks=[recorder, checkpoints],
-    )  # fmt: skip
-    # The module's hyperparameters hold these dataclasses (built here, not by the CLI, which saves
-    # dicts); Lightning drops weights_only for strategies that restore after setup (FSDP2, DeepSpeed).
-    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-        trainer.fit(module, data, ckpt_path=args.resume)
-    torch.save(
-        {
-            "weights": full_tensors(module.policy),
-            "steps": module.agon_step,
-            "recorded": recorder.steps,
-            "restored": recorder.restored,
-            "optimizer": recorder.optimizer,
-            "history": module.evaluator.history,
-            "checkpoints": sorted(p.name for p in (args.out / "checkpoints").iterdir()),
-        },
-        args.out / f"rank{trainer.global_rank}.pt",
-    )
+    run_steps(args.strategy, args.devices, args.out, args.model_dir, args.resume, args.format, args.checkpointing,
+              args.dtype)  # fmt: skip
     release_process_group()  # as `agon fit` does: no gloo group left alive at interpreter exit
 
 

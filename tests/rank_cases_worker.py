@@ -219,11 +219,17 @@ def run_case(case: str, name: str, model_dir: str, out: Path) -> dict:
     }
 
 
-def main() -> None:
-    name, out, model_dir, *cases = sys.argv[1:]
-    out = Path(out)
+def run_cases(name: str, out: Path, model_dir: str, cases: list[str] | None = None) -> dict:
+    """Every case (or ``cases``) under strategy ``name``; saves and returns this rank's results (``out/rankR.pt``)."""
+    out.mkdir(parents=True, exist_ok=True)
     results = {case: run_case(case, name, model_dir, out) for case in (cases or CASES)}
     torch.save(results, out / f"rank{rank()}.pt")
+    return results
+
+
+def main() -> None:
+    name, out, model_dir, *cases = sys.argv[1:]
+    run_cases(name, Path(out), model_dir, cases)
     release_process_group()
     os.environ.pop("LOCAL_RANK", None)
 

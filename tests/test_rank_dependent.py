@@ -7,8 +7,9 @@ Such work must never reach what every rank has to do alike: a collective, or und
 hooked module call (ZeRO-3 compares the module trace across ranks and stopped ``agon fit`` at
 the second step when the decode loop called the activation module once per decode step).
 
-One launch of 2 gloo processes per strategy runs all the cases (``tests/rank_cases_worker.py``:
-process start and DeepSpeed's initialisation dominate, the cases take about a second each), with
+One launch of 2 gloo processes per strategy runs all the cases (``tests/rank_cases_worker.py``,
+after the strategy's 2-step runs of tests/test_strategies.py in the same launch: process start
+and DeepSpeed's initialisation dominate, the cases take about a second each), with
 :class:`~call_trace.CallTrace` comparing each step's collectives and hooked module calls across
 the ranks. Per case and strategy: no error, no divergence, both ranks hold the same adapters,
 the steps taken and skipped that the case implies, and DDP's adapters (and validation metrics)
@@ -20,42 +21,15 @@ crashed).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from call_trace import first_difference
 from rank_cases_worker import CASES
 
-WORKER = Path(__file__).with_name("rank_cases_worker.py")
 STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3")
 ATOL = 1e-6  # float32 round-off of another reduction order; the updates are ~1e-2
 STEPS = {case: 1 if case == "val_not_divisible" else 2 for case in CASES}
 SKIPPED = {"nonfinite": 1}
-_RUNS: dict[str, list[dict]] = {}
-
-
-def runs(strategy: str, model_dir: Path, root: Path) -> list[dict]:
-    """Each rank's results, by case, of one launch under ``strategy`` (one launch per strategy per test run)."""
-    if strategy not in _RUNS:
-        out = root / strategy
-        out.mkdir(parents=True)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent)}
-        proc = subprocess.run(
-            [sys.executable, str(WORKER), strategy, str(out), str(model_dir)],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-6000:]
-        _RUNS[strategy] = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    return _RUNS[strategy]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("rank-cases")
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -78,11 +52,11 @@ def test_the_comparison_names_the_first_differing_call():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_rank_dependent_work_finishes_alike_on_every_rank_and_as_under_ddp(strategy, tiny_model_dir, root):
+def test_rank_dependent_work_finishes_alike_on_every_rank_and_as_under_ddp(strategy, launches):
     if strategy.startswith("zero"):
         pytest.importorskip("deepspeed")
-    ours = runs(strategy, tiny_model_dir, root)
-    ddp = runs("ddp", tiny_model_dir, root)[0]
+    ours = launches.cases(strategy)
+    ddp = launches.cases("ddp")[0]
     for case in CASES:
         first, second = ours[0][case], ours[1][case]
         for r, res in enumerate((first, second)):
@@ -110,10 +84,10 @@ def test_rank_dependent_work_finishes_alike_on_every_rank_and_as_under_ddp(strat
 
 
 @pytest.mark.slow
-def test_the_recorder_catches_a_rank_dependent_module_call_under_zero3_and_names_it(tiny_model_dir, root):
+def test_the_recorder_catches_a_rank_dependent_module_call_under_zero3_and_names_it(launches):
     """The old decode loop called the activation module per decode step: the recorder stops it at step 1."""
     pytest.importorskip("deepspeed")
-    ours = runs("zero3", tiny_model_dir, root)
+    ours = launches.cases("zero3")
     for rank in (0, 1):
         res = ours[rank]["old_act"]
         assert res["error"] is None  # stopped by the recorder, not by ZeRO-3's crash at the next forward

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from strategy_runs import run_worker
+from strategy_runs import RESUME_FROM, STEPS
 
-# (worker strategy, extra worker arguments, checkpoint format)
+# The checkpoint format each run writes (the runs: tests/strategy_runs.py's STEPS).
 CASES = {
-    "fsdp2": ("fsdp2", ["--no-checkpointing"], "torch_distributed"),
-    "fsdp2_one_file": ("fsdp2", ["--format", "file"], "file"),
-    "deepspeed_zero2": ("zero2", [], "deepspeed"),
-    "deepspeed_zero3": ("zero3", ["--no-checkpointing"], "deepspeed"),
+    "fsdp2": "torch_distributed",
+    "fsdp2_one_file": "file",
+    "deepspeed_zero2": "deepspeed",
+    "deepspeed_zero3": "deepspeed",
 }
 ATOL = 1e-6  # float32 round-off of a different reduction order; the updates are ~1e-2
 
@@ -50,12 +50,13 @@ def saved_keys(path: Path, kind: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_sharded_strategy_computes_saves_and_resumes_ddps_step(case, ddp_run, tiny_model_dir, tmp_path):
-    strategy, extra, kind = CASES[case]
-    if strategy.startswith("zero"):
+def test_a_sharded_strategy_computes_saves_and_resumes_ddps_step(case, ddp_run, launches):
+    kind = CASES[case]
+    if STEPS[case][0].startswith("zero"):
         pytest.importorskip("deepspeed")
     ddp = ddp_run[0]
-    runs = run_worker(strategy, 2, tmp_path / "run", tiny_model_dir, *extra)
+    runs = launches.steps(case)
+    run_dir = launches.run_dir(case)
     first = runs[0]
     assert first["steps"] == 2
 
@@ -82,13 +83,12 @@ def test_a_sharded_strategy_computes_saves_and_resumes_ddps_step(case, ddp_run, 
     assert [step for step, _ in first["history"]] == [0, 1, 2]
 
     # The checkpoint after step 1 holds the adapters (all of them, nothing else) and the optimizer state.
-    ckpt = tmp_path / "run/checkpoints/epoch-epoch=0.ckpt"  # after step 1
-    keys = saved_keys(ckpt, kind)
+    keys = saved_keys(run_dir / RESUME_FROM, kind)  # after step 1
     assert keys and all("lora_" in k for k in keys), [k for k in keys if "lora_" not in k][:3]
     assert len(keys) == len(init)
 
     # A fresh pair of processes resumes from it: restored bit for bit, then step 2 exactly.
-    resumed = run_worker(strategy, 2, tmp_path / "resumed", tiny_model_dir, *extra, "--resume", str(ckpt))
+    resumed = launches.resumed(case)
     for rank, (a, b) in enumerate(zip(runs, resumed)):
         weights, optimizer = b["restored"]
         after_step_1 = a["recorded"][0][2]
@@ -105,7 +105,7 @@ def test_a_sharded_strategy_computes_saves_and_resumes_ddps_step(case, ddp_run, 
 
     # The bundle beside the last checkpoint: the whole adapters, in PEFT's layout.
     for adapter in ("alpha", "beta"):
-        bundle = load_file(tmp_path / f"run/checkpoints/last/{adapter}/adapter_model.safetensors")
+        bundle = load_file(run_dir / f"checkpoints/last/{adapter}/adapter_model.safetensors")
         ours = {n.replace(f".{adapter}.", "."): v for n, v in first["weights"].items() if f".{adapter}." in n}
         assert set(bundle) == set(ours)
         for name, value in ours.items():
