@@ -235,7 +235,8 @@ def hide_answers(shown: str, draft: str, mask: str = ANSWER_MASK, max_chars: int
 # problem with numbers N, a summary shows no *full use*: no arithmetic in it (a bare expression
 # or a claim ``E = v``), alone or composed with others through the values they produce, combines
 # all of N. Composing follows the values: a claim's result can be an operand of a later one, and
-# each given number is used at most once. Where a full use is found, the last piece of it reads
+# each given number is used at most once; operands that are neither (``27+8+5`` when 5 was not
+# given) do not stop a piece from combining the ones it uses. Where a full use is found, the last piece of it reads
 # ``?``, until none is left; a summary with more pieces than :data:`MAX_PIECES` has all of them
 # masked (the search over compositions grows with their number, and no honest summary has so many).
 
@@ -262,16 +263,15 @@ def arithmetic_pieces(text: str) -> list[tuple[int, int, list[int], int | None]]
     return pieces
 
 
-def _covers(pool: list[tuple[int, int]], operands: list[int]) -> tuple[list[tuple[int, int]], int] | None:
+def _covers(pool: list[tuple[int, int]], operands: list[int]) -> tuple[list[tuple[int, int]], int]:
     """The pool without ``operands`` (each the entry of that value covering most given numbers),
-    and how many given numbers they cover together; ``None`` when one is not in the pool."""
+    and how many given numbers they cover together; an operand not in the pool covers none (a
+    piece that also uses other numbers still uses the ones it takes)."""
     rest, covered = list(pool), 0
     for value in operands:
         matches = [k for k, (v, _) in enumerate(rest) if v == value]
-        if not matches:
-            return None
-        k = max(matches, key=lambda k: rest[k][1])
-        covered += rest.pop(k)[1]
+        if matches:
+            covered += rest.pop(max(matches, key=lambda k: rest[k][1]))[1]
     return rest, covered
 
 
@@ -283,10 +283,9 @@ def full_use(numbers: list[int], pieces: list[tuple[list[int], int | None]]) -> 
         for k, (operands, result) in enumerate(pieces):
             if k in used:
                 continue
-            step = _covers(pool, operands)
-            if step is None:
+            rest, covered = _covers(pool, operands)
+            if covered < 2:  # takes at most one given number or result: combines nothing
                 continue
-            rest, covered = step
             if covered >= whole:
                 return [*used, k]
             found = extend(rest + ([(result, covered)] if result is not None else []), [*used, k])
