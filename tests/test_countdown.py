@@ -30,7 +30,7 @@ from agon_lightning.formats import ThinkAnswerFormat
 from agon_lightning.summarizers.countdown import CountdownSummarizer, countdown_numbers
 from agon_lightning.summarizers.hiding import arithmetic_pieces, mask_full_uses
 from agon_lightning.text import extract_answer, thinking_part
-from agon_lightning.tiny import TINY_MODEL_DIR, build_tokenizer
+from agon_lightning.tiny import build_tokenizer
 from agon_lightning.training.sft_countdown import CountdownExamples, slipped_path, target_of
 from agon_lightning.training.sft_data import RIVALS, SFTDataModule
 from agon_lightning.types import Problem
@@ -336,7 +336,47 @@ def test_every_character_of_the_formats_is_one_token(problems: list[Problem]) ->
             assert tokenizer.decode(ids) == text
 
 
-def test_the_shipped_chain_sum_tokenizer_is_unchanged() -> None:
-    from transformers import AutoTokenizer
+def test_the_shipped_base_drafts_a_search_in_the_format() -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert AutoTokenizer.from_pretrained(TINY_MODEL_DIR).get_vocab() == build_tokenizer().get_vocab()
+    from agon_lightning.adapters.policy import resolve_model_path
+    from agon_lightning.prompts import Prompts
+
+    path = resolve_model_path("agon:tiny-countdown")
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    assert tokenizer.get_vocab() == build_tokenizer().get_vocab()  # the tokenizer of tiny.py, unchanged
+    assert 1_000_000 <= model.num_parameters() <= 1_100_000
+    assert sum(f.stat().st_size for f in path.iterdir()) <= 10 * 2**20
+    (problem,) = generate_problems(MAIN, 1, seed=10_001, question_format=FORMAT)  # held out
+    prompt = Prompts().draft_prompt(tokenizer, problem)
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = model.generate(ids, max_new_tokens=192, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert ThinkAnswerFormat().score(text) == 1.0, text
+    assert parse_claims(attempts_of(text)[0]), text  # the trace opens with an attempt
+
+
+# ---------------------------------------------------------------------------------------------
+# The config, end to end
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_steps_of_the_shipped_config(tmp_path) -> None:
+    import csv
+    from pathlib import Path
+
+    from agon_lightning.cli import main
+
+    root = tmp_path / "run"
+    config = Path(__file__).resolve().parents[1] / "configs" / "countdown.yaml"
+    main([
+        "fit", "--config", str(config), "--trainer.limit_train_batches=2", f"--trainer.default_root_dir={root}",
+        "--data.init_args.batch_size=2", "--data.init_args.val_size=4", "--data.init_args.hard_size=4",
+        "--data.init_args.train_size=20", "--model.grpo.num_generations=2", "--model.rollout.init_args.max_new_tokens=64",
+    ])  # fmt: skip
+    (metrics_file,) = root.rglob("metrics.csv")
+    columns = set(next(csv.DictReader(metrics_file.open())))
+    for name in ("train/draft/accuracy", "train/challenge/accuracy", "val/base/pass@1", "val/hard/base/pass@1",
+                 "val/deployed/pass@1"):  # fmt: skip
+        assert name in columns, name
