@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -342,7 +343,7 @@ def test_the_shipped_base_drafts_a_search_in_the_format() -> None:
     from agon_lightning.adapters.policy import resolve_model_path
     from agon_lightning.prompts import Prompts
 
-    path = resolve_model_path("agon:tiny-countdown")
+    path = Path(resolve_model_path("agon:tiny-countdown"))
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     assert tokenizer.get_vocab() == build_tokenizer().get_vocab()  # the tokenizer of tiny.py, unchanged
     assert 1_000_000 <= model.num_parameters() <= 1_100_000
@@ -364,7 +365,6 @@ def test_the_shipped_base_drafts_a_search_in_the_format() -> None:
 @pytest.mark.slow
 def test_two_steps_of_the_shipped_config(tmp_path) -> None:
     import csv
-    from pathlib import Path
 
     from agon_lightning.cli import main
 
