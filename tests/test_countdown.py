@@ -380,3 +380,25 @@ def test_two_steps_of_the_shipped_config(tmp_path) -> None:
     for name in ("train/draft/accuracy", "train/challenge/accuracy", "val/base/pass@1", "val/hard/base/pass@1",
                  "val/deployed/pass@1"):  # fmt: skip
         assert name in columns, name
+
+
+def test_the_sft_config_holds_out_what_the_rl_config_evaluates(tmp_path) -> None:
+    import yaml
+
+    from agon_lightning.training.sft import SFTCLI, SFTModule
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    cli = SFTCLI(
+        SFTModule, SFTDataModule, run=False,
+        args=["--config", str(configs / "sft_countdown.yaml"), f"--trainer.default_root_dir={tmp_path}",
+              "--trainer.logger=false"],
+    )  # fmt: skip
+    rl = yaml.safe_load((configs / "countdown.yaml").read_text())
+    data, sft = rl["data"]["init_args"], cli.datamodule
+    assert isinstance(sft.examples, CountdownExamples) and isinstance(
+        cli.model.summarizer, CountdownSummarizer
+    )
+    for key in ("tasks", "hard_tasks", "val_size", "val_seed", "hard_size", "hard_seed", "question_format"):
+        assert getattr(sft, key) == data[key], key
+    assert cli.model.prompts.challenge == rl["model"]["prompts"]["challenge"]
+    assert cli.model.rollout.max_new_tokens == rl["model"]["rollout"]["init_args"]["max_new_tokens"]
