@@ -8,14 +8,46 @@ the main one and reported as ``val/hard/...``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.types import SPLIT, Problem
 
 
-def generate_problems(tasks: dict[str, dict[str, Any]], size: int, seed: int) -> list[Problem]:
-    """``size`` problems spread evenly over ``tasks`` (name → reasoning-gym config kwargs)."""
+def pose(template: str, entry: dict[str, Any]) -> str:
+    """``template`` with each ``{field}`` replaced by that field of the entry's metadata.
+
+    A list is written sorted, space-separated (``{numbers}`` → ``3 8 9``): a problem then has one
+    statement whatever order the generator shuffled its numbers into, so the held-out filter,
+    which compares statements, catches every ordering of a held-out problem.
+
+    Raises:
+        ValueError: When the template names a field the entry does not have.
+    """
+    meta = entry.get("metadata", {})
+
+    def field(match: re.Match[str]) -> str:
+        if match[1] not in meta:
+            raise ValueError(
+                f"question_format {template!r} names {{{match[1]}}}, which is not in the entry's "
+                f"metadata (fields: {sorted(meta)})"
+            )
+        value = meta[match[1]]
+        return " ".join(map(str, sorted(value))) if isinstance(value, (list, tuple)) else str(value)
+
+    return re.sub(r"\{(\w+)\}", field, template)
+
+
+def generate_problems(
+    tasks: dict[str, dict[str, Any]], size: int, seed: int, question_format: str | None = None
+) -> list[Problem]:
+    """``size`` problems spread evenly over ``tasks`` (name → reasoning-gym config kwargs).
+
+    ``question_format`` (e.g. ``"Make {target} from {numbers}"``) replaces each generated
+    question by a statement built from the entry's metadata (:func:`pose`); ``None`` keeps
+    reasoning-gym's own wording.
+    """
     import reasoning_gym
 
     if not tasks:
@@ -35,7 +67,7 @@ def generate_problems(tasks: dict[str, dict[str, Any]], size: int, seed: int) ->
         for entry in dataset:
             problems.append(
                 Problem(
-                    question=entry["question"],
+                    question=entry["question"] if question_format is None else pose(question_format, entry),
                     answer=str(entry["answer"]),
                     metadata={"task": name, "entry": entry},
                 )
@@ -56,6 +88,8 @@ class ReasoningGymDataModule(ProblemDataModule):
         hard_tasks: Tasks of a second held-out set, reported as ``val/hard/...`` (``None``: none).
         hard_size: Problems in the hard set.
         hard_seed: Seed of the hard set; must differ from the other two.
+        question_format: A statement built from each entry's metadata in place of
+            reasoning-gym's wording (see :func:`pose`); ``None`` keeps the wording.
     """
 
     def __init__(
@@ -72,6 +106,7 @@ class ReasoningGymDataModule(ProblemDataModule):
         hard_tasks: dict[str, dict[str, Any]] | None = None,
         hard_size: int = 200,
         hard_seed: int = 30_001,
+        question_format: str | None = None,
     ) -> None:
         super().__init__(
             batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
@@ -92,12 +127,13 @@ class ReasoningGymDataModule(ProblemDataModule):
         self.hard_tasks = hard_tasks
         self.hard_size = hard_size
         self.hard_seed = hard_seed
+        self.question_format = question_format
 
     def load_val(self) -> list[Problem]:
         """The main held-out set, then the hard one (each hard problem tagged ``split: hard``)."""
-        problems = generate_problems(self.tasks, self.val_size, self.val_seed)
+        problems = generate_problems(self.tasks, self.val_size, self.val_seed, self.question_format)
         if self.hard_tasks is not None:
-            hard = generate_problems(self.hard_tasks, self.hard_size, self.hard_seed)
+            hard = generate_problems(self.hard_tasks, self.hard_size, self.hard_seed, self.question_format)
             for p in hard:
                 p.metadata[SPLIT] = "hard"
             problems += hard
@@ -107,6 +143,6 @@ class ReasoningGymDataModule(ProblemDataModule):
         held_out = {p.question for p in self.load_val()}
         return [
             p
-            for p in generate_problems(self.tasks, self.train_size, self.data_seed)
+            for p in generate_problems(self.tasks, self.train_size, self.data_seed, self.question_format)
             if p.question not in held_out
         ]

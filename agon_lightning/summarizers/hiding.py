@@ -223,3 +223,89 @@ def hide_answers(shown: str, draft: str, mask: str = ANSWER_MASK, max_chars: int
     if max_chars:
         summary = mask_answers(summary.strip()[:max_chars], values, mask)
     return summary.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Countdown: no expression that uses every given number
+# ---------------------------------------------------------------------------------------------
+#
+# In Countdown the answer is an expression over the given numbers, and any expression that uses
+# every one of them (``9*3+8``, or the claims ``9*3=27`` and ``27+8=35`` taken together) is an
+# answer a challenger could copy without searching, whether or not the draft gave it. So for a
+# problem with numbers N, a summary shows no *full use*: no arithmetic in it (a bare expression
+# or a claim ``E = v``), alone or composed with others through the values they produce, combines
+# all of N. Composing follows the values: a claim's result can be an operand of a later one, and
+# each given number is used at most once; operands that are neither (``27+8+5`` when 5 was not
+# given) do not stop a piece from combining the ones it uses. Where a full use is found, the last piece of it reads
+# ``?``, until none is left; a summary with more pieces than :data:`MAX_PIECES` has all of them
+# masked (the search over compositions grows with their number, and no honest summary has so many).
+
+MAX_PIECES = 6
+_OPERAND = r"\(*\s*\d+\s*\)*"
+_PIECE = re.compile(rf"{_OPERAND}(?:\s*[-+*/]\s*{_OPERAND})+(?:\s*=\s*(-?\d+))?")
+_INT = re.compile(r"\d+")
+
+
+def arithmetic_pieces(text: str) -> list[tuple[int, int, list[int], int | None]]:
+    """``(start, end, operands, result)`` of each expression or claim in ``text``.
+
+    A claim's result may start the next piece (``8*9=72+3`` holds ``8*9=72`` and ``72+3``).
+    """
+    pieces, pos = [], 0
+    while (match := _PIECE.search(text, pos)) is not None:
+        body_end = match.start(1) if match[1] is not None else match.end()
+        body = text[match.start() : body_end].rstrip().rstrip("=")
+        result = int(match[1]) if match[1] is not None else None
+        start = match.start() + len(match[0]) - len(match[0].lstrip())
+        pieces.append((start, match.end(), [int(n) for n in _INT.findall(body)], result))
+        pos = match.start(1) if match[1] is not None and not match[1].startswith("-") else match.end()
+        pos = max(pos, match.start() + 1)
+    return pieces
+
+
+def _covers(pool: list[tuple[int, int]], operands: list[int]) -> tuple[list[tuple[int, int]], int]:
+    """The pool without ``operands`` (each the entry of that value covering most given numbers),
+    and how many given numbers they cover together; an operand not in the pool covers none (a
+    piece that also uses other numbers still uses the ones it takes)."""
+    rest, covered = list(pool), 0
+    for value in operands:
+        matches = [k for k, (v, _) in enumerate(rest) if v == value]
+        if matches:
+            covered += rest.pop(max(matches, key=lambda k: rest[k][1]))[1]
+    return rest, covered
+
+
+def full_use(numbers: list[int], pieces: list[tuple[list[int], int | None]]) -> list[int] | None:
+    """Indices of a sequence of ``pieces`` that together combine every number, or ``None``."""
+    whole = len(numbers)
+
+    def extend(pool: list[tuple[int, int]], used: list[int]) -> list[int] | None:
+        for k, (operands, result) in enumerate(pieces):
+            if k in used:
+                continue
+            rest, covered = _covers(pool, operands)
+            if covered < 2:  # takes at most one given number or result: combines nothing
+                continue
+            if covered >= whole:
+                return [*used, k]
+            found = extend(rest + ([(result, covered)] if result is not None else []), [*used, k])
+            if found:
+                return found
+        return None
+
+    return extend([(n, 1) for n in numbers], [])
+
+
+def mask_full_uses(text: str, numbers: list[int], mask: str = ANSWER_MASK) -> str:
+    """``text`` with pieces masked until none of its arithmetic combines every one of ``numbers``."""
+    if len(numbers) < 2:
+        raise ValueError(f"a Countdown problem has at least two numbers, got {numbers}")
+    while True:
+        pieces = arithmetic_pieces(text)
+        if len(pieces) > MAX_PIECES:
+            return replace_spans(text, [(start, end) for start, end, _, _ in pieces], mask)
+        found = full_use(numbers, [(operands, result) for _, _, operands, result in pieces])
+        if found is None:
+            return text
+        start, end, _, _ = pieces[found[-1]]
+        text = replace_spans(text, [(start, end)], mask)

@@ -10,6 +10,7 @@ challenger can meet in RL. The target is always the correct worked solution
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from agon_lightning.data.base import ProblemDataset
-from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems
 from agon_lightning.traces import (
     corrupted_completion,
     evaluate,
@@ -25,6 +26,7 @@ from agon_lightning.traces import (
     problem_expression,
     target_completion,
 )
+from agon_lightning.training.validation import SPLIT
 from agon_lightning.types import Problem
 
 RIVALS = ("right", "slipped", "partial", "empty")
@@ -101,6 +103,19 @@ def eval_examples(problems: list[Problem], seed: int) -> list[SFTExample]:
     return drafts + challenges
 
 
+class SFTExamples(ABC):
+    """Builds a task's SFT examples: its own worked solutions and rivals, in the metric groups of
+    :data:`RIVALS` (``SFTExample.rival``), so the SFT module logs them like the arithmetic ones."""
+
+    @abstractmethod
+    def build(self, problems: list[Problem], seed: int) -> list[SFTExample]:
+        """The training examples for ``problems`` (seeded: same problems and seed, same examples)."""
+
+    @abstractmethod
+    def evaluate(self, problems: list[Problem], seed: int) -> list[SFTExample]:
+        """The held-out examples: each problem as a drafter, and as a challenger."""
+
+
 def _collate(batch: list[SFTExample]) -> list[SFTExample]:
     return list(batch)
 
@@ -113,10 +128,18 @@ class SFTDataModule(ReasoningGymDataModule):
     chosen apart from RL's, and held-out questions are dropped from training.
 
     Args:
-        challenge_fraction: Share of training examples in the challenger's prompt format.
+        challenge_fraction: Share of training examples in the challenger's prompt format
+            (``None``: 0.5); for the built-in arithmetic examples only.
         rival_mix: Rival kind (``right``, ``slipped``, ``partial``, ``empty``) → share of the
-            challenger examples.
-        (other args): As :class:`~agon_lightning.data.reasoning_gym.ReasoningGymDataModule`.
+            challenger examples; for the built-in arithmetic examples only.
+        examples: Another task's example builder (e.g.
+            :class:`~agon_lightning.training.sft_countdown.CountdownExamples`), which carries its
+            own proportions; ``None``: the arithmetic worked solutions of
+            :mod:`agon_lightning.traces`.
+        train_tasks: Tasks the training problems come from (``None``: ``tasks``), e.g. more
+            sizes than the held-out set; every held-out question (main and hard) is dropped.
+        (other args): As :class:`~agon_lightning.data.reasoning_gym.ReasoningGymDataModule`;
+            the hard set is only held out from training here, never evaluated.
     """
 
     def __init__(
@@ -128,15 +151,28 @@ class SFTDataModule(ReasoningGymDataModule):
         val_seed: int = 10_001,
         batch_size: int = 64,
         val_batch_size: int = 200,
-        challenge_fraction: float = 0.5,
+        challenge_fraction: float | None = None,
         rival_mix: dict[str, float] | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        examples: SFTExamples | None = None,
+        train_tasks: dict[str, dict[str, Any]] | None = None,
+        hard_tasks: dict[str, dict[str, Any]] | None = None,
+        hard_size: int = 200,
+        hard_seed: int = 30_001,
+        question_format: str | None = None,
     ) -> None:
         super().__init__(
             tasks=tasks, train_size=train_size, val_size=val_size, data_seed=data_seed, val_seed=val_seed,
             batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
+            hard_tasks=hard_tasks, hard_size=hard_size, hard_seed=hard_seed, question_format=question_format,
         )  # fmt: skip
+        if examples is not None and (challenge_fraction is not None or rival_mix is not None):
+            raise ValueError(
+                f"challenge_fraction ({challenge_fraction}) and rival_mix ({rival_mix}) shape the "
+                f"arithmetic examples; {type(examples).__name__} carries its own proportions"
+            )
+        challenge_fraction = 0.5 if challenge_fraction is None else challenge_fraction
         if not 0.0 <= challenge_fraction <= 1.0:
             raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
         rival_mix = dict(DEFAULT_RIVAL_MIX if rival_mix is None else rival_mix)
@@ -147,9 +183,21 @@ class SFTDataModule(ReasoningGymDataModule):
             )
         self.challenge_fraction = challenge_fraction
         self.rival_mix = rival_mix
+        self.examples = examples
+        self.train_tasks = train_tasks
+
+    def load_train(self) -> list[Problem]:
+        if self.train_tasks is None:
+            return super().load_train()
+        held_out = {p.question for p in self.load_val()}
+        problems = generate_problems(self.train_tasks, self.train_size, self.data_seed, self.question_format)
+        return [p for p in problems if p.question not in held_out]
 
     def train_dataloader(self) -> DataLoader:
-        examples = build_examples(self.train_problems, self.challenge_fraction, self.rival_mix, self.seed)
+        if self.examples is not None:
+            examples = self.examples.build(self.train_problems, self.seed)
+        else:
+            examples = build_examples(self.train_problems, self.challenge_fraction, self.rival_mix, self.seed)
         return DataLoader(
             ProblemDataset(examples),  # type: ignore[arg-type]  # a list dataset of any item
             batch_size=self.batch_size,
@@ -161,8 +209,10 @@ class SFTDataModule(ReasoningGymDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
+        main = [p for p in self.val_problems if p.metadata.get(SPLIT) != "hard"]
+        held_out = (self.examples.evaluate if self.examples is not None else eval_examples)(main, self.seed)
         return DataLoader(
-            ProblemDataset(eval_examples(self.val_problems, self.seed)),  # type: ignore[arg-type]
+            ProblemDataset(held_out),  # type: ignore[arg-type]
             batch_size=self.val_batch_size,
             collate_fn=_collate,
             num_workers=self.num_workers,

@@ -1,0 +1,318 @@
+"""The Countdown testbed's preconditions, measured on a base alone (no adapter is trained).
+
+Each precondition, its measurement and its threshold are fixed in
+``benchmarks/results/countdown/README.md`` (section 4) before they were first measured; this
+script measures all of them on any base, prints the table and writes it as JSON::
+
+    python -m benchmarks.countdown_preconditions                       # agon:tiny-countdown
+    python -m benchmarks.countdown_preconditions --base runs/tiny-countdown --out /tmp/pre.json
+
+Prompts, summarizer, verifier, cap and held-out sets come from ``--config``
+(``configs/countdown.yaml``): what is measured is what a run of that config starts from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from agon_lightning.countdown import OPERATORS, Step, after, apply, expression, parse_claims, parse_verdicts
+from agon_lightning.summarizers.countdown import countdown_numbers
+from agon_lightning.summarizers.hiding import arithmetic_pieces
+from agon_lightning.text import thinking_part
+from agon_lightning.training.sft_countdown import CountdownExamples
+from agon_lightning.training.validation import SPLIT
+from agon_lightning.types import Problem
+
+OUT = Path(__file__).parent / "results" / "countdown" / "preconditions.json"
+RIVAL_KINDS = ("right", "slipped", "partial")
+
+# ---------------------------------------------------------------------------------------------
+# Pure measures (unit-tested in tests/test_countdown_preconditions.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def mean(values) -> float:
+    """The mean, 0.0 for no values."""
+    values = [float(v) for v in values]
+    return statistics.fmean(values) if values else 0.0
+
+
+def pass_at(correct: Sequence[Sequence[bool]]) -> tuple[float, float]:
+    """``(pass@1, pass@k)`` of per-problem sample verdicts (``k`` samples each)."""
+    flat = [c for row in correct for c in row]
+    return sum(flat) / len(flat), sum(any(row) for row in correct) / len(correct)
+
+
+def mean_cv(lengths: Sequence[Sequence[int]]) -> float:
+    """Mean over problems of the coefficient of variation (population std / mean) of lengths."""
+    return statistics.fmean(statistics.pstdev(row) / statistics.fmean(row) for row in lengths)
+
+
+def cap_share_of_failures(correct: Sequence[bool], truncated: Sequence[bool]) -> float:
+    """Share of the failed samples that hit the cap (0 when nothing failed)."""
+    failed = [t for c, t in zip(correct, truncated, strict=True) if not c]
+    return sum(failed) / len(failed) if failed else 0.0
+
+
+def verdict_accuracy(summary: str, completion: str) -> tuple[int, int, int, int]:
+    """``(right on true claims, true claims, right on false claims, false claims)``.
+
+    Verdict ``k`` on the completion's first trace line judges claim ``k`` of the summary; it is
+    right when it redoes that claim's operation and its ``y``/``n`` matches the arithmetic.
+    """
+    claims = parse_claims(summary)
+    verdicts = parse_verdicts(thinking_part(completion).lstrip())
+    counts = [0, 0, 0, 0]
+    for k, claim in enumerate(claims):
+        slot = 0 if claim.correct else 2
+        counts[slot + 1] += 1
+        if k < len(verdicts):
+            step, judged_true = verdicts[k]
+            same = (step.left, step.op, step.right) == (claim.left, claim.op, claim.right)
+            counts[slot] += same and judged_true == claim.correct
+    return counts[0], counts[1], counts[2], counts[3]
+
+
+def copy_candidates(summary: str) -> list[str]:
+    """What a copier could hand in from a summary: all of it, and each arithmetic piece."""
+    pieces = [summary[start:end].split("=")[0].strip() for start, end, _, _ in arithmetic_pieces(summary)]
+    return [summary.strip(), *pieces]
+
+
+def blind_step(summary: str, numbers: Sequence[int], op: str) -> str | None:
+    """The claims as stated, then the values left joined by ``op`` in order, as one expression:
+    no arithmetic checked and no look at the target (``None``: the claims do not apply)."""
+    claims: list[Step] = []
+    for claim in parse_claims(summary):
+        if after(numbers, [*claims, claim]) is None:
+            break
+        claims.append(claim)
+    left = after(numbers, claims)
+    if left is None or len(left) < 2:
+        return None
+    steps = list(claims)
+    value = left[0]
+    for other in left[1:]:
+        steps.append(Step(value, op, other, apply(op, value, other)))
+        value = steps[-1].result
+    return expression(numbers, steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring a base
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """What the measurement uses, from the config."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    prompts: object
+    summarizer: object
+    verifier: object
+    rollout: object
+    problems: list[Problem]
+
+
+def load(config: str, base: str, limit: int = 0) -> Setup:
+    """The base model and the config's components and held-out problems (``limit``: the first
+    that many of each split, 0: all)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agon_lightning.adapters.policy import resolve_model_path
+    from agon_lightning.cli import AgonCLI
+
+    cli = AgonCLI(args=["--config", config, f"--model.model_name_or_path={base}"], run=False)
+    cli.datamodule.setup("validate")
+    path = resolve_model_path(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    m = cli.model
+    problems = cli.datamodule.val_problems
+    if limit:
+        problems = [
+            p
+            for name in ("main", "hard")
+            if (mine := [p for p in problems if p.metadata.get(SPLIT, "main") == name])
+            for p in mine[:limit]
+        ]
+    return Setup(model, tokenizer, m.prompts, m.summarizer, m.verifier, m.rollout, problems)
+
+
+def generate(setup: Setup, prompts: list[str], samples: int = 1, greedy: bool = True, chunk: int = 256):
+    """``(texts, lengths, truncated)`` for every prompt × sample, samples of a prompt adjacent."""
+    texts, lengths, truncated = [], [], []
+    per = max(1, chunk // samples)
+    with torch.no_grad():
+        for start in range(0, len(prompts), per):
+            out = setup.rollout.generate(
+                setup.model, setup.tokenizer, prompts[start : start + per], samples, greedy
+            )
+            texts += out.texts
+            lengths += out.lengths.tolist()
+            truncated += out.truncated.tolist()
+    return texts, lengths, truncated
+
+
+def correct_of(setup: Setup, texts: list[str], problems: list[Problem]) -> list[bool]:
+    return [v.correct for v in setup.verifier.verify_batch(texts, problems)]
+
+
+def measure(setup: Setup, samples: int = 8, seed: int = 0, log: Callable[[str], None] = print) -> dict:
+    """Every measured value of the design's section 4 (keys as in :data:`THRESHOLDS`)."""
+    problems = setup.problems
+    split = [p.metadata.get(SPLIT, "main") for p in problems]
+    draft_prompts = [setup.prompts.draft_prompt(setup.tokenizer, p) for p in problems]
+    out: dict = {}
+
+    log("greedy drafts")
+    drafts, _, cut = generate(setup, draft_prompts)
+    draft_ok = correct_of(setup, drafts, problems)
+    for name in ("main", "hard"):
+        rows = [ok for ok, s in zip(draft_ok, split, strict=True) if s == name]
+        out[f"greedy_pass@1_{name}"] = sum(rows) / len(rows)
+
+    log(f"{samples} samples per problem at temperature {setup.rollout.temperature}")
+    texts, lengths, truncated = generate(setup, draft_prompts, samples, greedy=False)
+    ok = correct_of(setup, texts, [p for p in problems for _ in range(samples)])
+    rows = [ok[i * samples : (i + 1) * samples] for i in range(len(problems))]
+    for name in ("main", "hard"):
+        mine = [r for r, s in zip(rows, split, strict=True) if s == name]
+        out[f"sampled_pass@1_{name}"], out[f"pass@{samples}_{name}"] = pass_at(mine)
+    out["pass@k_over_pass@1_hard"] = out[f"pass@{samples}_hard"] / max(out["sampled_pass@1_hard"], 1e-9)
+    out["length_cv"] = mean_cv([lengths[i * samples : (i + 1) * samples] for i in range(len(problems))])
+    out["cap_share_of_failures"] = cap_share_of_failures(ok, truncated)
+    out["mean_length"] = mean(lengths)
+
+    log("untrained cascade: base reads the base's summaries")
+    summaries = [setup.summarizer.summarize(d, p, t) for d, p, t in zip(drafts, problems, cut, strict=True)]
+
+    def answer(with_summaries: list[str], which: list[int]) -> list[bool]:
+        chosen = [problems[i] for i in which]
+        prompts = [
+            setup.prompts.challenge_prompt(setup.tokenizer, p, s) for p, s in zip(chosen, with_summaries)
+        ]
+        return correct_of(setup, generate(setup, prompts)[0], chosen)
+
+    everyone = list(range(len(problems)))
+    reread = answer(summaries, everyone)
+    out["converted"] = sum(not d and c for d, c in zip(draft_ok, reread, strict=True))
+    out["regressed"] = sum(d and not c for d, c in zip(draft_ok, reread, strict=True))
+    failed = [i for i in everyone if not draft_ok[i]]
+    other = []
+    for i in failed:  # the summary of the next failed problem of the same split
+        same = [j for j in failed if split[j] == split[i]]
+        other.append(summaries[same[(same.index(i) + 1) % len(same)]])
+    real = mean(reread[i] for i in failed)
+    out["failed_drafts"] = len(failed)
+    out["failed_real"] = real
+    out["failed_other"] = mean(answer(other, failed)) if failed else 0.0
+    out["failed_empty"] = mean(answer([""] * len(failed), failed)) if failed else 0.0
+    out["real_minus_other"] = real - out["failed_other"]
+    out["real_minus_empty"] = real - out["failed_empty"]
+
+    log("judging generated rival claims")
+    rng, builder = random.Random(seed), CountdownExamples()
+    rivals, judged = [], []
+    for p in problems:
+        for kind in RIVAL_KINDS:
+            rivals.append(setup.summarizer.summarize(builder.rival_draft(p, kind, rng), p))
+            judged.append(p)
+    prompts = [
+        setup.prompts.challenge_prompt(setup.tokenizer, p, s) for p, s in zip(judged, rivals, strict=True)
+    ]
+    counts = [verdict_accuracy(s, c) for s, c in zip(rivals, generate(setup, prompts)[0], strict=True)]
+    right_true, true, right_false, false = (sum(c[k] for c in counts) for k in range(4))
+    out["judge_accuracy"] = (right_true + right_false) / max(true + false, 1)
+    out["judge_on_true_claims"] = right_true / max(true, 1)
+    out["judge_on_false_claims"] = right_false / max(false, 1)
+    out["judged_claims"] = true + false
+
+    log("leak rules on the real summaries")
+    shown = [(s, p) for s, p in zip(summaries, problems, strict=True) if s]
+
+    def accepted(expr: str | None, problem: Problem) -> bool:
+        return expr is not None and setup.verifier.verify(f"<answer>{expr}</answer>", problem).correct
+
+    out["summaries"] = len(shown)
+    out["leak_copy"] = mean(any(accepted(c, p) for c in copy_candidates(s)) for s, p in shown)
+    blind = {op: mean(accepted(blind_step(s, countdown_numbers(p), op), p) for s, p in shown)
+             for op in OPERATORS}  # fmt: skip
+    out["leak_blind_step_by_op"] = blind
+    out["leak_blind_step"] = max(blind.values())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------
+
+THRESHOLDS: list[tuple[str, str, str, Callable[[float], bool]]] = [
+    ("1a", "room, main: greedy pass@1", "greedy_pass@1_main", lambda v: 0.30 <= v <= 0.60),
+    ("1b", "room, hard: greedy pass@1", "greedy_pass@1_hard", lambda v: 0.10 <= v <= 0.35),
+    ("1c", "hard: pass@8 / pass@1 (T=1)", "pass@k_over_pass@1_hard", lambda v: v >= 1.5),
+    ("2a", "within-problem CV of length (T=1)", "length_cv", lambda v: v >= 0.3),
+    ("2b", "failures that hit the cap (T=1)", "cap_share_of_failures", lambda v: v >= 0.2),
+    ("3b", "failed drafts: real − other summary", "real_minus_other", lambda v: v >= 0.10),
+    ("3c", "failed drafts: real − empty summary", "real_minus_empty", lambda v: v >= 0.10),
+    ("4", "claims judged right", "judge_accuracy", lambda v: v >= 0.90),
+    ("5a", "copy rule recovers the answer", "leak_copy", lambda v: v == 0),
+    ("5b", "one blind step recovers it (best op)", "leak_blind_step", lambda v: v <= 0.33),
+]
+BOUNDS = {"1a": "0.30–0.60", "1b": "0.10–0.35", "1c": "≥ 1.5", "2a": "≥ 0.3", "2b": "≥ 0.2", "3b": "≥ 0.10",
+          "3c": "≥ 0.10", "4": "≥ 0.90", "5a": "0", "5b": "≤ 0.33"}  # fmt: skip
+
+
+def table(values: dict) -> tuple[str, list[dict]]:
+    """The markdown table of every precondition (threshold, measured value, pass/fail) and its rows."""
+    rows = [
+        {"id": key, "precondition": name, "threshold": BOUNDS[key], "value": values[field], "pass": check(values[field])}
+        for key, name, field, check in THRESHOLDS
+    ]  # fmt: skip
+    converted, regressed = values["converted"], values["regressed"]
+    rows.insert(5, {"id": "3a", "precondition": "untrained cascade: converted vs regressed",
+                    "threshold": "converted > regressed", "value": f"{converted} vs {regressed}",
+                    "pass": converted > regressed})  # fmt: skip
+    lines = ["| # | precondition | threshold | measured | pass |", "|---|---|---|---|---|"]
+    for r in rows:
+        value = f"{r['value']:.3f}" if isinstance(r["value"], float) else str(r["value"])
+        lines.append(
+            f"| {r['id']} | {r['precondition']} | {r['threshold']} | {value} | {'yes' if r['pass'] else 'NO'} |"
+        )
+    return "\n".join(lines), rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/countdown.yaml")
+    parser.add_argument("--base", default="agon:tiny-countdown")
+    parser.add_argument("--samples", type=int, default=8, help="samples per problem at temperature 1")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0, help="first N problems of each split (0: all)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    values = measure(load(args.config, args.base, args.limit), args.samples, args.seed)
+    text, rows = table(values)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {"base": args.base, "config": args.config, "samples": args.samples, "seed": args.seed}
+    args.out.write_text(json.dumps({**record, "values": values, "table": rows}, indent=1) + "\n")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

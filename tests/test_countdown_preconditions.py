@@ -1,0 +1,52 @@
+"""The measures behind the Countdown preconditions (benchmarks/countdown_preconditions.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.countdown_preconditions import (
+    blind_step,
+    cap_share_of_failures,
+    copy_candidates,
+    mean,
+    mean_cv,
+    pass_at,
+    table,
+    verdict_accuracy,
+)
+
+
+def test_pass_at_and_length_spread() -> None:
+    assert pass_at([[True, False, False, False], [False] * 4]) == (1 / 8, 0.5)
+    assert mean_cv([[10, 10], [5, 15]]) == pytest.approx(0.25)  # (0 + 0.5) / 2
+    assert cap_share_of_failures([True, False, False, False], [True, True, False, True]) == pytest.approx(
+        2 / 3
+    )
+    assert cap_share_of_failures([True], [True]) == 0.0 and mean([]) == 0.0
+
+
+def test_a_verdict_is_right_only_on_the_claim_it_redoes() -> None:
+    summary = "9*3=28, 28+8=36, left 36 -> 36"  # one false claim, one true one (given 28)
+    assert verdict_accuracy(summary, "<think>9*3=27 n|28+8=36 y\n9*3=27|27+8=35</think>") == (1, 1, 1, 1)
+    assert verdict_accuracy(summary, "<think>9*3=27 y|28+8=36 y\n</think>") == (1, 1, 0, 1)
+    assert verdict_accuracy(summary, "<think>9*3=27|27+8=35</think>") == (0, 1, 0, 1)  # no verdicts: wrong
+    assert verdict_accuracy(summary, "<think>8*3=24 n|28+8=36 y</think>") == (1, 1, 0, 1)  # another claim
+
+
+def test_leak_rules() -> None:
+    assert copy_candidates("9*3=27, left 27 8 -> 35") == ["9*3=27, left 27 8 -> 35", "9*3"]
+    assert blind_step("9*3=27, left 27 8 -> 35", [3, 8, 9], "+") == "9*3+8"
+    assert blind_step("9*3=27, left 27 8 -> 35", [3, 8, 9], "-") == "9*3-8"
+    assert blind_step("5*5=25, left 25 8", [3, 8, 9], "+") == "3+8+9"  # claims that do not apply are dropped
+    assert blind_step("left 3", [3], "+") is None
+
+
+def test_the_table_marks_each_precondition() -> None:
+    values = {"greedy_pass@1_main": 0.45, "greedy_pass@1_hard": 0.05, "pass@k_over_pass@1_hard": 2.0,
+              "length_cv": 0.31, "cap_share_of_failures": 0.1, "real_minus_other": 0.2, "real_minus_empty": 0.2,
+              "judge_accuracy": 0.95, "leak_copy": 0.0, "leak_blind_step": 0.5, "converted": 5, "regressed": 7}  # fmt: skip
+    text, rows = table(values)
+    verdicts = {r["id"]: r["pass"] for r in rows}
+    assert verdicts == {"1a": True, "1b": False, "1c": True, "2a": True, "2b": False, "3a": False, "3b": True,
+                        "3c": True, "4": True, "5a": True, "5b": False}  # fmt: skip
+    assert "| 3a | untrained cascade: converted vs regressed | converted > regressed | 5 vs 7 | NO |" in text
