@@ -83,7 +83,11 @@ def test_an_unknown_verifier_lists_the_registered_ones():
     "option,kind,available",
     [
         ("rollout", "rollout", "HFRollout"),
-        ("summarizer", "summarizer", "CodeSummarizer, FullSummarizer, HiddenSummarizer, Qwen3Summarizer"),
+        (
+            "summarizer",
+            "summarizer",
+            "CodeSummarizer, CountdownSummarizer, FullSummarizer, HiddenSummarizer, Qwen3Summarizer",
+        ),
         ("reward", "reward", "CompetitiveReward, CorrectnessReward"),
     ],
 )
