@@ -84,6 +84,14 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
+def check_generate_args(prompts: Sequence[str], adapter_names: Sequence[str | None] | None) -> None:
+    """Raise ``ValueError`` unless there is a prompt, and one adapter name per prompt when names are given."""
+    if not prompts:
+        raise ValueError("generate needs at least one prompt")
+    if adapter_names is not None and len(adapter_names) != len(prompts):
+        raise ValueError(f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}")
+
+
 def encode_prompts(
     tokenizer: Any, prompts: list[str], num_samples: int, device: Any
 ) -> tuple[Tensor, Tensor]:

@@ -22,6 +22,7 @@ from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
+    check_generate_args,
     completion_mask,
     encode_prompts,
     stop_token_ids,
@@ -81,12 +82,7 @@ class HFRollout(Rollout):
         self.fused_decode = fused_decode
 
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
-        if not prompts:
-            raise ValueError("generate needs at least one prompt")
-        if adapter_names is not None and len(adapter_names) != len(prompts):
-            raise ValueError(
-                f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}"
-            )
+        check_generate_args(prompts, adapter_names)
         ids, attn = encode_prompts(tokenizer, prompts, num_samples, next(model.parameters()).device)
         eos_ids = stop_token_ids(model, tokenizer)
         kwargs: dict[str, Any] = dict(

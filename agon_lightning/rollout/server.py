@@ -45,7 +45,14 @@ from typing import Any
 import torch
 
 from agon_lightning.adapters.peft_boundary import active_adapter, our_name
-from agon_lightning.rollout.base import Rollout, RolloutBatch, completion_mask, encode_prompts, stop_token_ids
+from agon_lightning.rollout.base import (
+    Rollout,
+    RolloutBatch,
+    check_generate_args,
+    completion_mask,
+    encode_prompts,
+    stop_token_ids,
+)
 from agon_lightning.rollout.server_http import (
     AdapterVersionError,
     Replica,
@@ -252,12 +259,7 @@ class VLLMServerRollout(Rollout):
 
     # ------------------------------------------------------------------ sampling
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
-        if not prompts:
-            raise ValueError("generate needs at least one prompt")
-        if adapter_names is not None and len(adapter_names) != len(prompts):
-            raise ValueError(
-                f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}"
-            )
+        check_generate_args(prompts, adapter_names)
         if not hasattr(model, "peft_config"):
             raise TypeError(
                 f"VLLMServerRollout samples the adapters of a PeftModel; got a {type(model).__name__} without adapters"

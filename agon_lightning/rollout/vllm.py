@@ -47,6 +47,7 @@ from agon_lightning.adapters.peft_boundary import active_adapter, base_model, ou
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
+    check_generate_args,
     completion_mask,
     encode_prompts,
     stop_token_ids,
@@ -297,12 +298,7 @@ class VLLMRollout(Rollout):
 
     # ------------------------------------------------------------------ sampling
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
-        if not prompts:
-            raise ValueError("generate needs at least one prompt")
-        if adapter_names is not None and len(adapter_names) != len(prompts):
-            raise ValueError(
-                f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}"
-            )
+        check_generate_args(prompts, adapter_names)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
