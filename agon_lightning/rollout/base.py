@@ -9,12 +9,14 @@ every backend shares: the prompts' encoding, the stop tokens, and the completion
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from agon_lightning.adapters.peft_boundary import active_adapter, our_name
 
 
 @dataclass
@@ -90,6 +92,24 @@ def check_generate_args(prompts: Sequence[str], adapter_names: Sequence[str | No
         raise ValueError("generate needs at least one prompt")
     if adapter_names is not None and len(adapter_names) != len(prompts):
         raise ValueError(f"adapter_names needs one name per prompt: {len(adapter_names)} for {len(prompts)}")
+
+
+def row_adapters(
+    model: Any,
+    prompts: Sequence[str],
+    adapter_names: Sequence[str | None] | None,
+    held: Iterable[str],
+    where: str,
+) -> list[str | None]:
+    """Each prompt's adapter (``None``: adapters off): ``adapter_names`` as given, else the model's active
+    adapter on every row. Raises ``ValueError`` naming any adapter not in ``held`` (a backend's own store,
+    described by ``where``)."""
+    names = [our_name(n) for n in adapter_names] if adapter_names else [active_adapter(model)] * len(prompts)
+    held = set(held)
+    unknown = sorted({n for n in names if n is not None and n not in held})
+    if unknown:
+        raise ValueError(f"no adapter {unknown} {where}; held there: {sorted(held)}")
+    return names
 
 
 def encode_prompts(

@@ -44,13 +44,13 @@ from typing import Any
 
 import torch
 
-from agon_lightning.adapters.peft_boundary import active_adapter, our_name
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
     check_generate_args,
     completion_mask,
     encode_prompts,
+    row_adapters,
     stop_token_ids,
 )
 from agon_lightning.rollout.server_http import (
@@ -265,12 +265,7 @@ class VLLMServerRollout(Rollout):
                 f"VLLMServerRollout samples the adapters of a PeftModel; got a {type(model).__name__} without adapters"
             )
         self._sync(model)
-        names = (
-            [our_name(n) for n in adapter_names] if adapter_names else [active_adapter(model)] * len(prompts)
-        )
-        unknown = sorted({n for n in names if n is not None and n not in self._current})
-        if unknown:
-            raise ValueError(f"no adapter {unknown} on the servers; they hold {sorted(self._current)}")
+        names = row_adapters(model, prompts, adapter_names, self._current, "on the servers")
         device = next(model.parameters()).device
         ids, attn = encode_prompts(tokenizer, prompts, num_samples, device)  # [B, P], left-padded
         eos_ids = stop_token_ids(model, tokenizer)

@@ -43,13 +43,14 @@ from typing import Any
 
 import torch
 
-from agon_lightning.adapters.peft_boundary import active_adapter, base_model, our_name
+from agon_lightning.adapters.peft_boundary import base_model
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
     check_generate_args,
     completion_mask,
     encode_prompts,
+    row_adapters,
     stop_token_ids,
 )
 from agon_lightning.strategies.gather import full_tensors, of_adapter
@@ -303,12 +304,7 @@ class VLLMRollout(Rollout):
         from vllm.inputs import TokensPrompt
 
         llm = self._engine(model)
-        names = (
-            [our_name(n) for n in adapter_names] if adapter_names else [active_adapter(model)] * len(prompts)
-        )
-        unknown = sorted({n for n in names if n is not None and n not in self._requests})
-        if unknown:
-            raise ValueError(f"no adapter {unknown} in the engine; it holds {sorted(self._requests)}")
+        names = row_adapters(model, prompts, adapter_names, self._requests, "in the engine")
         device = next(model.parameters()).device
         ids, attn = encode_prompts(tokenizer, prompts, num_samples, device)  # [B, P], left-padded
         eos_ids = stop_token_ids(model, tokenizer)
