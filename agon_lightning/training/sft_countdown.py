@@ -34,7 +34,9 @@ from agon_lightning.countdown import (
     leaves,
     search,
     solve,
+    summarize_search,
     summary_of,
+    tried_first,
 )
 from agon_lightning.summarizers.countdown import CountdownSummarizer, countdown_numbers
 from agon_lightning.training.sft_data import RIVALS, SFTExample, SFTExamples
@@ -85,8 +87,13 @@ class CountdownExamples(SFTExamples):
             the challenger examples.
         orderings: Search ordering (``random``, ``closest``, ``largest``) → share of the searches.
         slip_rate: Chance that an attempt of a target search slips, is caught (``!``) and retried.
-        max_attempts: Longest target search, in attempts (a longer one skips to the hit).
+        max_attempts: Longest target search, in attempts (a longer one skips to the hit); 0: no
+            limit (every attempt is written; the cap cuts what does not fit).
         rival_misses: Fewest and most attempts of a failed (``partial``) rival's search.
+        give_up: Fewest and most misses after which a target search gives up (drawn uniformly
+            per search; it then summarizes its nearest miss and the first steps it tried, and
+            answers with the nearest miss); ``None``: a target search never gives up. Solved
+            rivals (``right``, ``empty``) never give up.
     """
 
     def __init__(
@@ -97,6 +104,7 @@ class CountdownExamples(SFTExamples):
         slip_rate: float = 0.08,
         max_attempts: int = 6,
         rival_misses: tuple[int, int] = (1, 4),
+        give_up: tuple[int, int] | None = None,
     ) -> None:
         rival_mix = dict(DEFAULT_RIVAL_MIX if rival_mix is None else rival_mix)
         orderings = dict(DEFAULT_ORDERINGS if orderings is None else orderings)
@@ -109,6 +117,8 @@ class CountdownExamples(SFTExamples):
             raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
         if not 1 <= rival_misses[0] <= rival_misses[1]:
             raise ValueError(f"rival_misses must be (low, high) with 1 <= low <= high, got {rival_misses}")
+        if give_up is not None and not 1 <= give_up[0] <= give_up[1]:
+            raise ValueError(f"give_up must be (low, high) with 1 <= low <= high, or null; got {give_up}")
         SearchStyle(slip_rate=slip_rate, max_attempts=max_attempts)  # validates both
         self.challenge_fraction = challenge_fraction
         self.rival_mix = rival_mix
@@ -116,28 +126,30 @@ class CountdownExamples(SFTExamples):
         self.slip_rate = slip_rate
         self.max_attempts = max_attempts
         self.rival_misses = tuple(rival_misses)
+        self.give_up = None if give_up is None else tuple(give_up)
         self.summarizer = CountdownSummarizer()
 
-    def style(self, rng: random.Random, slip_rate: float | None = None) -> SearchStyle:
-        """A search style with a drawn ordering."""
+    def style(self, rng: random.Random, slip_rate: float | None = None, gives_up: bool = True) -> SearchStyle:
+        """A search style with a drawn ordering (and, with ``gives_up``, a drawn give-up point)."""
         ordering = rng.choices(list(self.orderings), list(self.orderings.values()))[0]
         rate = self.slip_rate if slip_rate is None else slip_rate
-        return SearchStyle(ordering=ordering, slip_rate=rate, max_attempts=self.max_attempts)
+        give_up = rng.randint(*self.give_up) if gives_up and self.give_up else 0
+        return SearchStyle(ordering=ordering, slip_rate=rate, max_attempts=self.max_attempts, give_up_after=give_up)
 
     def rival_draft(self, problem: Problem, rival: str, rng: random.Random) -> str:
         """A rival's whole draft of ``problem`` of kind ``rival`` (its summary is what is shown)."""
         numbers, target = countdown_numbers(problem), target_of(problem)
         if rival == "right":
-            return str(solve(numbers, target, self.style(rng), rng))
+            return str(solve(numbers, target, self.style(rng, gives_up=False), rng))
         if rival == "empty":
-            draft = str(solve(numbers, target, self.style(rng), rng))
+            draft = str(solve(numbers, target, self.style(rng, gives_up=False), rng))
             return draft[: rng.randint(len("<think>"), draft.index("</think>"))]
         if rival not in ("partial", "slipped"):
             raise ValueError(f"unknown rival kind {rival!r}; expected one of {RIVALS}")
         if rival == "partial":
             attempts = failed_search(numbers, target, rng.randint(*self.rival_misses), self.style(rng), rng)
         else:  # a solved or a failed search, its best attempt slipped in one claim
-            attempts = search(numbers, target, self.style(rng, slip_rate=0.0), rng)
+            attempts = search(numbers, target, self.style(rng, slip_rate=0.0, gives_up=False), rng)
             if rng.random() < 0.5:
                 attempts = failed_search(
                     numbers, target, rng.randint(*self.rival_misses), self.style(rng), rng
@@ -154,8 +166,12 @@ class CountdownExamples(SFTExamples):
                 raise ValueError(f"could not slip {top} for {numbers} -> {target}")
             top = Attempt(path, "hit" if path[-1].result == target else "miss")
             attempts = [*attempts, top]
+            tried = tried_first(attempts) if top.value != target else ()
+            summary = summary_of(numbers, top, tried)
+        else:
+            summary = summarize_search(numbers, target, attempts)
         lines = [str(a) for a in attempts]
-        return str(Completion(lines, str(summary_of(numbers, top)), expression(numbers, top.steps)))
+        return str(Completion(lines, str(summary), expression(numbers, top.steps)))
 
     def example(self, problem: Problem, rival: str | None, rng: random.Random) -> SFTExample:
         """A drafter example (``rival=None``) or a challenger example facing that kind of rival."""
