@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/countdown.yaml")
     parser.add_argument("--sft-config", default="configs/sft_countdown.yaml")
-    parser.add_argument("--examples", type=json.loads, default={}, help="overrides of the generator's arguments (JSON)")
+    parser.add_argument(
+        "--examples", type=json.loads, default={}, help="overrides of the generator's arguments (JSON)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=0, help="first N problems of each split (0: all)")
     parser.add_argument("--out", type=Path, default=None)
@@ -99,7 +101,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{key:32s} {value:.3f}" if isinstance(value, float) else f"{key:32s} {value}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        record = {"config": args.config, "sft_config": args.sft_config, "examples": args.examples, "seed": args.seed}
+        record = {
+            "config": args.config,
+            "sft_config": args.sft_config,
+            "examples": args.examples,
+            "seed": args.seed,
+        }
         args.out.write_text(json.dumps({**record, "values": values}, indent=1) + "\n")
         print(f"written to {args.out}")
 

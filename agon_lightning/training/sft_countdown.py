@@ -134,7 +134,9 @@ class CountdownExamples(SFTExamples):
         ordering = rng.choices(list(self.orderings), list(self.orderings.values()))[0]
         rate = self.slip_rate if slip_rate is None else slip_rate
         give_up = rng.randint(*self.give_up) if gives_up and self.give_up else 0
-        return SearchStyle(ordering=ordering, slip_rate=rate, max_attempts=self.max_attempts, give_up_after=give_up)
+        return SearchStyle(
+            ordering=ordering, slip_rate=rate, max_attempts=self.max_attempts, give_up_after=give_up
+        )
 
     def rival_draft(self, problem: Problem, rival: str, rng: random.Random) -> str:
         """A rival's whole draft of ``problem`` of kind ``rival`` (its summary is what is shown)."""
