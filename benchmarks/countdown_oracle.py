@@ -19,6 +19,7 @@ it fresh, like samples at temperature 1::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 from pathlib import Path
@@ -42,7 +43,20 @@ def examples_of(sft_config: str, overrides: dict) -> CountdownExamples:
 
 
 def oracle(setup, examples: CountdownExamples, seed: int = 0, samples: int = 8) -> dict:
-    """The preconditions' values for a base that writes exactly the generator's searches."""
+    """The preconditions' values for a base that writes exactly the generator's searches, and
+    (``mode/``) for one that always gives up at its habit, as greedy decoding of it would."""
+    out = _oracle(setup, examples, seed, samples)
+    if examples.give_up_habit:
+        mode = copy.copy(examples)
+        mode.habit_rate = 1.0
+        greedy = _oracle(setup, mode, seed, samples=1)
+        for key in ("pass@1_main", "pass@1_hard", "failed_drafts", "failed_with_summary", "same/failed_real",
+                    "same/real_minus_other", "same/real_minus_empty"):  # fmt: skip
+            out[f"mode/{key}"] = greedy[key]
+    return out
+
+
+def _oracle(setup, examples: CountdownExamples, seed: int, samples: int) -> dict:
     problems, cap = setup.problems, setup.rollout.max_new_tokens
     split = [p.metadata.get(SPLIT, "main") for p in problems]
 
@@ -54,7 +68,7 @@ def oracle(setup, examples: CountdownExamples, seed: int = 0, samples: int = 8) 
         p = problems[k]
         numbers, target = countdown_numbers(p), target_of(p)
         rng = random.Random(hash((seed, k, draw)) & 0xFFFFFFFF)
-        text = str(solve(numbers, target, examples.style(rng), rng, rival_summary=summary or None))
+        text = str(solve(numbers, target, examples.style(rng, count=len(numbers)), rng, rival_summary=summary or None))
         length = tokens(text)
         if length > cap:  # cut: no summary, no answer
             return False, "", cap, True
@@ -65,7 +79,7 @@ def oracle(setup, examples: CountdownExamples, seed: int = 0, samples: int = 8) 
     for name in ("main", "hard"):
         out[f"pass@1_{name}"] = mean(d[0] for d, s in zip(drafts, split, strict=True) if s == name)
     sampled = [[play(k, 1 + j) for j in range(samples)] for k in range(len(problems))]
-    out["length_cv"] = mean_cv([[s[2] for s in row] for row in sampled])
+    out["length_cv"] = mean_cv([[s[2] for s in row] for row in sampled]) if samples > 1 else 0.0
     flat = [s for row in sampled for s in row]
     out["cap_share_of_failures"] = cap_share_of_failures([s[0] for s in flat], [s[3] for s in flat])
     failed = [k for k, d in enumerate(drafts) if not d[0]]
