@@ -68,7 +68,11 @@ def _oracle(setup, examples: CountdownExamples, seed: int, samples: int) -> dict
         p = problems[k]
         numbers, target = countdown_numbers(p), target_of(p)
         rng = random.Random(hash((seed, k, draw)) & 0xFFFFFFFF)
-        text = str(solve(numbers, target, examples.style(rng, count=len(numbers)), rng, rival_summary=summary or None))
+        text = str(
+            solve(
+                numbers, target, examples.style(rng, count=len(numbers)), rng, rival_summary=summary or None
+            )
+        )
         length = tokens(text)
         if length > cap:  # cut: no summary, no answer
             return False, "", cap, True

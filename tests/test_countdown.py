@@ -350,11 +350,12 @@ def test_examples_mix_roles_and_rivals_and_every_target_solves(problems: list[Pr
 
 
 def test_the_amended_generator_gives_up_and_says_what_it_tried(problems: list[Problem]) -> None:
-    # configs/sft_countdown.yaml's generator (amendment A2): no skip to the hit, a search gives up
-    # after 2-8 misses and its summary names the first steps it tried; a challenger facing a
-    # rival that missed searches those first steps last
+    # configs/sft_countdown.yaml's generator (amendments A2, A3): no skip to the hit, a search
+    # gives up (at its habit, or after 1-12 misses) and its summary names the first steps it
+    # tried; a challenger facing a rival that missed searches those first steps last
     builder = examples_of("configs/sft_countdown.yaml", {})
-    assert (builder.max_attempts, builder.give_up, builder.rival_misses) == (0, (2, 8), (2, 8))
+    assert (builder.max_attempts, builder.give_up, builder.rival_misses) == (0, (1, 12), None)
+    assert builder.give_up_habit == {3: 6, 4: 5} and builder.habit_rate == 0.5
     verifier, summarizer = ReasoningGymVerifier(), CountdownSummarizer()
     gave_up = built_on_miss = 0
     for e in builder.build(problems, seed=1):
@@ -363,7 +364,7 @@ def test_the_amended_generator_gives_up_and_says_what_it_tried(problems: list[Pr
         lines = [line for line in think.split("\n") if not VERDICT_LINE.fullmatch(line)]
         if not verifier.verify(e.target, e.problem).correct:  # a search that gave up
             gave_up += 1
-            assert 2 <= sum(line.endswith("|x") for line in lines) <= 8 and parse_reached(shown) != target
+            assert 1 <= sum(line.endswith("|x") for line in lines) <= 12 and parse_reached(shown) != target
             assert parse_tried(shown) and not full_uses_left(shown, numbers)
         if e.rival_draft is None:
             continue
@@ -377,6 +378,27 @@ def test_the_amended_generator_gives_up_and_says_what_it_tried(problems: list[Pr
             assert seen == sorted(seen), (summary, e.target)  # the rival's first steps come last
             built_on_miss += bool(tried)
     assert gave_up and built_on_miss
+
+
+def test_a_habit_gives_the_draw_a_mode_where_stopping_is_likelier() -> None:
+    # half the searches of 3 numbers give up after 6 misses, the rest after 1-12 (uniform): at 6
+    # stopping is likelier than going on (what a greedy base follows), and nowhere before it
+    builder = CountdownExamples(
+        give_up=(1, 12), give_up_habit={3: 6, 4: 5}, habit_rate=0.5, rival_misses=None
+    )
+    rng = random.Random(0)
+    draws = Counter(builder.misses_before_giving_up(rng, 3) for _ in range(20000))
+    assert set(draws) == set(range(1, 13)) and draws.most_common(1)[0][0] == 6
+    left = 20000
+    for misses in range(1, 13):
+        stop = draws[misses] / left  # the chance to give up here, having come this far
+        assert (stop > 0.5) == (misses in (6, 12)), (misses, stop)
+        left -= draws[misses]
+    assert Counter(builder.misses_before_giving_up(rng, 4) for _ in range(2000)).most_common(1)[0][0] == 5
+    assert builder.rival_misses_of(random.Random(1), 3) == builder.misses_before_giving_up(
+        random.Random(1), 3
+    )
+    assert CountdownExamples().misses_before_giving_up(rng, 3) == 0  # no give_up: never
 
 
 def test_slips_carry_on_down_the_chain() -> None:
@@ -407,6 +429,12 @@ def test_errors_name_the_bad_value() -> None:
         CountdownExamples(rival_misses=(3, 1))
     with pytest.raises(ValueError, match=r"give_up must be \(low, high\).*got \(3, 1\)"):
         CountdownExamples(give_up=(3, 1))
+    with pytest.raises(ValueError, match="give_up_habit must map.*got \\{1: 4\\}"):
+        CountdownExamples(give_up=(1, 4), give_up_habit={1: 4}, habit_rate=0.5)
+    with pytest.raises(ValueError, match="needs give_up"):
+        CountdownExamples(give_up_habit={3: 6}, habit_rate=0.5)
+    with pytest.raises(ValueError, match="rival_misses: null"):
+        CountdownExamples(rival_misses=None)
     with pytest.raises(ValueError, match="ordering must be one of"):
         SearchStyle("sideways")
     with pytest.raises(ValueError, match="names \\{goal\\}, which is not in the entry's metadata"):

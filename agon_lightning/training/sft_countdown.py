@@ -124,7 +124,9 @@ class CountdownExamples(SFTExamples):
         if not 0.0 <= challenge_fraction <= 1.0:
             raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
         if rival_misses is None and give_up is None:
-            raise ValueError("rival_misses: null draws a failed rival's misses from give_up, which is null too")
+            raise ValueError(
+                "rival_misses: null draws a failed rival's misses from give_up, which is null too"
+            )
         if rival_misses is not None and not 1 <= rival_misses[0] <= rival_misses[1]:
             raise ValueError(f"rival_misses must be (low, high) with 1 <= low <= high, got {rival_misses}")
         if give_up is not None and not 1 <= give_up[0] <= give_up[1]:
@@ -157,7 +159,9 @@ class CountdownExamples(SFTExamples):
             return self.give_up_habit[count]
         return rng.randint(*self.give_up)
 
-    def style(self, rng: random.Random, slip_rate: float | None = None, count: int | None = None) -> SearchStyle:
+    def style(
+        self, rng: random.Random, slip_rate: float | None = None, count: int | None = None
+    ) -> SearchStyle:
         """A search style with a drawn ordering and, for a search of ``count`` numbers (``None``: one
         that never gives up), a drawn give-up point."""
         ordering = rng.choices(list(self.orderings), list(self.orderings.values()))[0]
@@ -184,7 +188,9 @@ class CountdownExamples(SFTExamples):
         if rival not in ("partial", "slipped"):
             raise ValueError(f"unknown rival kind {rival!r}; expected one of {RIVALS}")
         if rival == "partial":
-            attempts = failed_search(numbers, target, self.rival_misses_of(rng, len(numbers)), self.style(rng), rng)
+            attempts = failed_search(
+                numbers, target, self.rival_misses_of(rng, len(numbers)), self.style(rng), rng
+            )
         else:  # a solved or a failed search, its best attempt slipped in one claim
             attempts = search(numbers, target, self.style(rng, slip_rate=0.0), rng)
             if rng.random() < 0.5:
@@ -217,7 +223,9 @@ class CountdownExamples(SFTExamples):
             return SFTExample(problem, str(solve(numbers, target, self.style(rng, count=len(numbers)), rng)))
         draft = self.rival_draft(problem, rival, rng)
         summary = self.summarizer.summarize(draft, problem)
-        completion = solve(numbers, target, self.style(rng, count=len(numbers)), rng, rival_summary=summary or None)
+        completion = solve(
+            numbers, target, self.style(rng, count=len(numbers)), rng, rival_summary=summary or None
+        )
         return SFTExample(problem, str(completion), draft, rival)
 
     def build(self, problems: list[Problem], seed: int) -> list[SFTExample]:
