@@ -45,7 +45,9 @@ def half_width(seed_var: float, problem_var: float, seeds: int, problems: int) -
     return Z95 * math.sqrt(seed_var / seeds + problem_var / problems)
 
 
-def problems_needed(seed_var: float, problem_var: float, seeds: int, target: float = 0.03, step: int = 100) -> int | None:
+def problems_needed(
+    seed_var: float, problem_var: float, seeds: int, target: float = 0.03, step: int = 100
+) -> int | None:
     """The fewest problems (a multiple of ``step``) keeping the half-width within ``target``, or
     ``None`` when the seeds alone already spread it wider."""
     room = (target / Z95) ** 2 - seed_var / seeds
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     outcomes = [read_outcomes(log, "deployed") for log in logs]
     record: dict = {"pilot": str(args.pilot), "variant": args.variant, "runs": [str(r) for r in runs],
                     "deployed": resolve_key(logs[0], "deployed"), "target": args.target, "splits": {}}  # fmt: skip
-    print(f"| split | pilot seeds × problems | pass@1 | seed var | problem var | "
+    print("| split | pilot seeds × problems | pass@1 | seed var | problem var | "
           + " | ".join(f"problems for ±{args.target:.2f} at {s} seeds" for s in args.seeds) + " |")  # fmt: skip
     print("|---|---|---|---|---|" + "---|" * len(args.seeds))
     for split in sorted(set.intersection(*(set(o) for o in outcomes))):
@@ -81,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
                                    "seed_var": seed_var, "problem_var": problem_var,
                                    "per_seed": y.mean(1).tolist(), "problems_needed": need}  # fmt: skip
         cells = " | ".join("none suffices" if n is None else str(n) for n in need.values())
-        print(f"| {split} | {len(y)} × {len(questions)} | {y.mean():.3f} | {seed_var:.5f} | {problem_var:.4f} | {cells} |")
+        print(
+            f"| {split} | {len(y)} × {len(questions)} | {y.mean():.3f} | {seed_var:.5f} | {problem_var:.4f} | {cells} |"
+        )
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n")
         print(f"written to {args.out}")

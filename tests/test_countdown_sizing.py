@@ -15,7 +15,9 @@ def test_components_recover_seed_and_problem_spread() -> None:
     y = (rng.random((3, 4000)) < np.clip(difficulty + shifts[:, None], 0, 1)).astype(float)
     seed_var, problem_var = components(y)
     assert seed_var == pytest.approx(shifts.var(ddof=1), rel=0.2)
-    assert problem_var == pytest.approx(difficulty.var() + np.mean(difficulty * (1 - difficulty)) / 3, rel=0.1)
+    assert problem_var == pytest.approx(
+        difficulty.var() + np.mean(difficulty * (1 - difficulty)) / 3, rel=0.1
+    )
     same = np.tile(y[:1], (3, 1))  # three identical seeds: no training noise
     assert components(same)[0] == 0.0
 
