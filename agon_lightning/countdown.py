@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 OPERATORS = ("+", "-", "*")
@@ -120,6 +120,11 @@ def moves(pool: Sequence[int], operators: Sequence[str] = OPERATORS) -> list[tup
     return list(found.items())
 
 
+def first_step(step: Step) -> str:
+    """How a summary names a step it tried first (``8*4``: operands and operator, no result)."""
+    return f"{step.left}{step.op}{step.right}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Depth-first search with a drawn ordering
 # ---------------------------------------------------------------------------------------------
@@ -147,13 +152,15 @@ def leaves(
     rng: random.Random,
     prefix: Sequence[Step] = (),
     operators: Sequence[str] = OPERATORS,
+    last: Collection[str] = (),
 ) -> Iterator[tuple[Step, ...]]:
     """Every complete path from ``pool`` (one value left), depth first in the drawn ``ordering``.
 
     Paths through ``prefix`` (steps to try first, e.g. a rival's true claims) come before the
-    rest; at each node the children are ranked by ``ordering`` (``random``; ``closest``: the
-    result nearest the target first; ``largest``: the largest result first), ties broken by
-    ``rng``.
+    rest; first steps named in ``last`` (``"8*4"``, e.g. the ones a failed rival tried) come
+    after the rest; at each node the children are ranked by ``ordering`` (``random``;
+    ``closest``: the result nearest the target first; ``largest``: the largest result first),
+    ties broken by ``rng``.
     """
 
     def walk(values: list[int], path: tuple[Step, ...]) -> Iterator[tuple[Step, ...]]:
@@ -162,6 +169,8 @@ def leaves(
             return
         options = _ordered(moves(values, operators), target, ordering, rng)
         depth = len(path)
+        if depth == 0 and last:
+            options.sort(key=lambda option: first_step(option[0]) in last)
         if depth < len(prefix):
             options.sort(key=lambda option: option[0] != prefix[depth])
         for step, rest in options:
@@ -179,7 +188,9 @@ class SearchStyle:
         slip_rate: Chance that an attempt slips (one step off by one of :data:`SLIPS`), is
             caught (``!``) and is retried on the next line.
         max_attempts: Attempts the search may write; a longer one writes its first
-            ``max_attempts - 1`` misses, then the hit (so the paths it tries first stay).
+            ``max_attempts - 1`` misses, then the hit (so the paths it tries first stay);
+            0: no limit, every attempt is written (the search never skips to a hit it has not
+            reached).
         give_up_after: Stop after this many misses without a hit (a failed search; 0: never).
     """
 
@@ -191,9 +202,9 @@ class SearchStyle:
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:
             raise ValueError(f"ordering must be one of {ORDERINGS}, got {self.ordering!r}")
-        if not 0.0 <= self.slip_rate <= 1.0 or self.max_attempts < 1 or self.give_up_after < 0:
+        if not 0.0 <= self.slip_rate <= 1.0 or self.max_attempts < 0 or self.give_up_after < 0:
             raise ValueError(
-                "need slip_rate in [0, 1], max_attempts >= 1, give_up_after >= 0; got "
+                "need slip_rate in [0, 1], max_attempts >= 0, give_up_after >= 0; got "
                 f"{self.slip_rate}, {self.max_attempts}, {self.give_up_after}"
             )
 
@@ -205,24 +216,30 @@ def _slipped(path: tuple[Step, ...], rng: random.Random) -> Attempt:
 
 
 def search(
-    numbers: Sequence[int], target: int, style: SearchStyle, rng: random.Random, prefix: Sequence[Step] = ()
+    numbers: Sequence[int],
+    target: int,
+    style: SearchStyle,
+    rng: random.Random,
+    prefix: Sequence[Step] = (),
+    last: Collection[str] = (),
 ) -> list[Attempt]:
     """The attempts of a depth-first search for ``target``, in the order the trace writes them.
 
     Ends at the first hit, or after ``style.give_up_after`` misses. A search longer than
-    ``style.max_attempts`` writes its first ``max_attempts - 1`` misses, then the hit. Slips
-    (each attempt with chance ``style.slip_rate``) come before the attempt they slipped on.
+    ``style.max_attempts`` (when not 0) writes its first ``max_attempts - 1`` misses, then the
+    hit. Slips (each attempt with chance ``style.slip_rate``) come before the attempt they
+    slipped on. ``prefix`` and ``last`` order the search as in :func:`leaves`.
     """
     misses: list[tuple[Step, ...]] = []
     hit = None
-    for path in leaves(numbers, target, style.ordering, rng, prefix):
+    for path in leaves(numbers, target, style.ordering, rng, prefix, last=last):
         if path[-1].result == target:
             hit = path
             break
         misses.append(path)
         if style.give_up_after and len(misses) >= style.give_up_after:
             break
-    kept = misses[: style.max_attempts - 1]
+    kept = misses[: style.max_attempts - 1] if style.max_attempts else misses
     lines = [Attempt(path, "miss") for path in kept]
     if hit is not None:
         lines.append(Attempt(hit, "hit"))
@@ -245,26 +262,71 @@ def best(attempts: Sequence[Attempt], target: int) -> Attempt | None:
     return min(finished, key=lambda a: abs(a.value - target), default=None)
 
 
+# A failed search's summary names at most this many first steps it tried (with two claims at
+# most, a summary then holds no more pieces of arithmetic than the hiding rule reads).
+MAX_TRIED = 4
+_TRIED = re.compile(r"tried((?:\s+\d+[+*-]\d+)+)")
+_REACHED = re.compile(r"->\s*(-?\d+)")
+
+
 @dataclass(frozen=True)
 class Summary:
-    """The claims a summary states: steps, the values they leave, and where the attempt ended."""
+    """The claims a summary states: steps, the values they leave, where the attempt ended, and,
+    for a search that missed, the first steps it tried (``tried 8*4 8+4``)."""
 
     claims: tuple[Step, ...]
     left: tuple[int, ...]
     reached: int
+    tried: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         parts = [*map(str, self.claims), f"left {' '.join(map(str, self.left))} -> {self.reached}"]
+        if self.tried:
+            parts.append("tried " + " ".join(self.tried))
         return ", ".join(parts)
 
 
-def summary_of(numbers: Sequence[int], attempt: Attempt) -> Summary:
-    """Every step of ``attempt`` but the last, the values they leave, and the value reached."""
+def tried_first(attempts: Sequence[Attempt], limit: int = MAX_TRIED) -> tuple[str, ...]:
+    """The distinct first steps of the finished attempts, in the order tried (at most ``limit``):
+    what a search that missed tells a reader to try last."""
+    finished = [a for a in attempts if a.outcome != "slip"]
+    seen: list[str] = []
+    for attempt in finished:
+        name = first_step(attempt.steps[0])
+        if name not in seen:
+            seen.append(name)
+    return tuple(seen[:limit])
+
+
+def summary_of(numbers: Sequence[int], attempt: Attempt, tried: Sequence[str] = ()) -> Summary:
+    """Every step of ``attempt`` but the last, the values they leave, the value reached, and the
+    first steps ``tried`` (given only for a search that missed)."""
     claims = attempt.steps[:-1]
     left = after(numbers, claims)
     if left is None:
         raise ValueError(f"attempt {attempt} does not start from {list(numbers)}")
-    return Summary(claims, tuple(left), attempt.value)
+    return Summary(claims, tuple(left), attempt.value, tuple(tried))
+
+
+def summarize_search(numbers: Sequence[int], target: int, attempts: Sequence[Attempt]) -> Summary:
+    """The summary a search writes: its best attempt's claims and, when that attempt missed the
+    target, the first steps the search tried (so a reader can look elsewhere first)."""
+    top = best(attempts, target)
+    if top is None:
+        raise ValueError(f"no attempt for {list(numbers)} -> {target}")
+    return summary_of(numbers, top, tried_first(attempts) if top.value != target else ())
+
+
+def parse_tried(summary: str) -> tuple[str, ...]:
+    """The first steps a summary says its search tried (``tried 8*4 8+4`` → ``("8*4", "8+4")``)."""
+    found = _TRIED.search(summary)
+    return tuple(found[1].split()) if found else ()
+
+
+def parse_reached(summary: str) -> int | None:
+    """The value a summary says its best attempt reached (``-> 35``), or ``None``."""
+    found = _REACHED.search(summary)
+    return int(found[1]) if found else None
 
 
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2}
@@ -351,14 +413,20 @@ def solve(
 ) -> Completion:
     """A completion for the problem: a drawn search, and its summary and answer.
 
-    With ``rival_summary`` (a challenger), the trace opens with the check of each of its claims,
-    and the search tries the path through the true ones first.
+    With ``rival_summary`` (a challenger), the trace opens with the check of each of its claims.
+    A rival that says it reached the target is built on: the search tries the path through its
+    true claims first. A rival that missed says which first steps it tried: the search tries
+    them last (its own ordering otherwise), so it covers ground the rival did not.
     """
     claims = parse_claims(rival_summary) if rival_summary else []
-    prefix = true_prefix(numbers, claims)
-    attempts = search(numbers, target, style, rng, prefix)
+    reached = parse_reached(rival_summary) if rival_summary else None
+    missed = reached is not None and reached != target
+    prefix = () if missed else true_prefix(numbers, claims)
+    last = parse_tried(rival_summary) if missed and rival_summary else ()
+    attempts = search(numbers, target, style, rng, prefix, last)
     top = best(attempts, target)
     if top is None:
         raise ValueError(f"no attempt for {list(numbers)} -> {target}")
     lines = ([check_line(claims)] if claims else []) + [str(a) for a in attempts]
-    return Completion(lines, str(summary_of(numbers, top)), expression(numbers, top.steps))
+    summary = summarize_search(numbers, target, attempts)
+    return Completion(lines, str(summary), expression(numbers, top.steps))

@@ -86,7 +86,7 @@ def test_an_unknown_verifier_lists_the_registered_ones():
         (
             "summarizer",
             "summarizer",
-            "CodeSummarizer, CountdownSummarizer, FullSummarizer, HiddenSummarizer, Qwen3Summarizer",
+            "CodeSummarizer, CountdownSummarizer, FullSummarizer, HiddenSummarizer, OtherProblemSummarizer, Qwen3Summarizer",
         ),
         ("reward", "reward", "CompetitiveReward, CorrectnessReward"),
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,12 +20,17 @@ from agon_lightning.countdown import (
     Step,
     after,
     apply,
+    best,
     expression,
     leaves,
     moves,
     parse_claims,
+    parse_reached,
+    parse_tried,
     parse_verdicts,
+    search,
     solve,
+    tried_first,
 )
 from agon_lightning.data.reasoning_gym import generate_problems, pose
 from agon_lightning.formats import ThinkAnswerFormat
@@ -36,12 +42,14 @@ from agon_lightning.training.sft_countdown import CountdownExamples, slipped_pat
 from agon_lightning.training.sft_data import RIVALS, SFTDataModule
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
+from benchmarks.countdown_oracle import examples_of
 
 RANGE = {"min_value": 1, "max_value": 9, "min_target": 10, "max_target": 99, "operators": ["+", "-", "*"]}
 MAIN = {"countdown": {"min_numbers": 3, "max_numbers": 3, **RANGE}}
 HARD = {"countdown": {"min_numbers": 4, "max_numbers": 4, **RANGE}}
 BOTH = {"countdown": {"min_numbers": 3, "max_numbers": 4, **RANGE}}
 FORMAT = "Make {target} from {numbers}"
+VERDICT_LINE = re.compile(r"\d+[+*-]\d+=-?\d+ [yn](?:\|\d+[+*-]\d+=-?\d+ [yn])*")
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +149,67 @@ def test_a_challenger_checks_the_claims_and_builds_on_the_true_ones() -> None:
     right = solve([3, 8, 9], 35, SearchStyle("random", 0.0), rng, rival_summary="9*3=27, left 27 8 -> 35")
     assert right.lines[0] == "9*3=27 y" and right.lines[-1] == "9*3=27|27+8=35"
     assert all(line.startswith("9*3=27|") for line in right.lines[1:])  # the true claim's subtree first
-    chain = solve([2, 5, 7, 9], 61, SearchStyle("random", 0.0), rng, "7*2=14, 14*5=71, left 71 9 -> 62")
+    chain = solve([2, 5, 7, 9], 70, SearchStyle("random", 0.0), rng, "7*2=14, 14*5=71, left 71 9 -> 70")
     assert chain.lines[0] == "7*2=14 y|14*5=70 n" and chain.lines[1].startswith("7*2=14|")
     assert parse_verdicts(chain.lines[0]) == [(Step(7, "*", 2, 14), True), (Step(14, "*", 5, 70), False)]
+
+
+def test_a_rival_that_missed_has_the_first_steps_it_tried_searched_last() -> None:
+    # the rival ended at 62, not 61: its claims are checked, not built on, and the first steps it
+    # says it tried come after every other first step
+    tried = ("7*2", "9*7", "9+7")
+    for seed in range(20):
+        style = SearchStyle("random", 0.0, max_attempts=0)
+        summary = "7*2=14, 14*5=70, left 70 9 -> 62, tried " + " ".join(tried)
+        done = solve([2, 5, 7, 9], 61, style, random.Random(seed), rival_summary=summary)
+        assert done.lines[0] == "7*2=14 y|14*5=70 y"
+        firsts = [line.split("=")[0] for line in done.lines[1:]]
+        seen_tried = [first in tried for first in firsts]
+        assert seen_tried == sorted(seen_tried)  # never an untried first step after a tried one
+        assert firsts[0] not in tried
+
+
+def test_a_search_that_gives_up_summarizes_its_nearest_miss_and_what_it_tried() -> None:
+    style = SearchStyle("closest", 0.0, max_attempts=0, give_up_after=4)
+    done = solve([4, 5, 8, 8], 45, style, random.Random(0))
+    misses = [line for line in done.lines if line.endswith("|x")]
+    assert len(misses) == 4 == len(done.lines)  # gave up after four misses, no hit written
+    assert parse_tried(done.summary) == tried_first([Attempt(parse_path(m), "miss") for m in misses])
+    assert parse_reached(done.summary) != 45
+    assert done.answer == expression(
+        [4, 5, 8, 8], best([Attempt(parse_path(m), "miss") for m in misses], 45).steps
+    )
+    solved = solve([3, 8, 9], 35, SearchStyle("closest", 0.0, max_attempts=0), random.Random(0))
+    assert "tried" not in solved.summary and parse_reached(solved.summary) == 35
+
+
+def parse_path(line: str) -> tuple[Step, ...]:
+    return tuple(parse_claims(line.replace("|", ", ")))
+
+
+def test_tried_first_lists_distinct_first_steps_in_order_and_skips_slips() -> None:
+    def attempt(*steps: tuple[int, str, int, int], outcome: str = "miss") -> Attempt:
+        return Attempt(tuple(Step(*s) for s in steps), outcome)
+
+    attempts = [
+        attempt((9, "+", 6, 15), (15, "+", 3, 18)),
+        attempt((9, "+", 6, 15), (15, "-", 3, 12)),
+        attempt((9, "*", 3, 28), outcome="slip"),
+        attempt((9, "*", 3, 27), (27, "+", 6, 33)),
+    ]
+    assert tried_first(attempts) == ("9+6", "9*3")
+    many = [attempt((a, "+", 1, a + 1), (a + 1, "+", 2, a + 3)) for a in range(3, 9)]
+    assert tried_first(many) == ("3+1", "4+1", "5+1", "6+1")  # at most MAX_TRIED
+    assert parse_tried("9+6=15, left 15 3 -> 18, tried 9+6 9*3") == ("9+6", "9*3")
+    assert parse_tried("9*3=27, left 27 8 -> 35") == () and parse_reached("left 3 -> -4") == -4
+
+
+def test_max_attempts_zero_writes_every_attempt_and_never_skips_to_the_hit() -> None:
+    for seed in range(10):
+        full = search([2, 5, 7, 9], 61, SearchStyle("random", 0.0, max_attempts=0), random.Random(seed))
+        skipping = search([2, 5, 7, 9], 61, SearchStyle("random", 0.0, max_attempts=3), random.Random(seed))
+        assert [a.outcome for a in full][-1] == "hit" and len(skipping) <= 3
+        assert full[: len(skipping) - 1] == skipping[:-1] and full[-1] == skipping[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +349,58 @@ def test_examples_mix_roles_and_rivals_and_every_target_solves(problems: list[Pr
             assert summary.endswith(f"-> {target}") == (e.rival == "right")
 
 
+def test_the_amended_generator_gives_up_and_says_what_it_tried(problems: list[Problem]) -> None:
+    # configs/sft_countdown.yaml's generator (amendments A2, A3): no skip to the hit, a search
+    # gives up (at its habit, or after 1-12 misses) and its summary names the first steps it
+    # tried; a challenger facing a rival that missed searches those first steps last
+    builder = examples_of("configs/sft_countdown.yaml", {})
+    assert (builder.max_attempts, builder.give_up, builder.rival_misses) == (0, (1, 12), None)
+    assert builder.give_up_habit == {3: 6, 4: 5} and builder.habit_rate == 0.5
+    verifier, summarizer = ReasoningGymVerifier(), CountdownSummarizer()
+    gave_up = built_on_miss = 0
+    for e in builder.build(problems, seed=1):
+        numbers, target = countdown_numbers(e.problem), target_of(e.problem)
+        think, shown = thinking_part(e.target), e.target.split("</think>")[1].split("<answer>")[0]
+        lines = [line for line in think.split("\n") if not VERDICT_LINE.fullmatch(line)]
+        if not verifier.verify(e.target, e.problem).correct:  # a search that gave up
+            gave_up += 1
+            assert 1 <= sum(line.endswith("|x") for line in lines) <= 12 and parse_reached(shown) != target
+            assert parse_tried(shown) and not full_uses_left(shown, numbers)
+        if e.rival_draft is None:
+            continue
+        summary = summarizer.summarize(e.rival_draft, e.problem)
+        assert not full_uses_left(summary, numbers)
+        if e.rival == "right":
+            assert summary.endswith(f"-> {target}")
+        if summary and parse_reached(summary) != target:
+            tried = parse_tried(summary)
+            seen = [line.split("=")[0] in tried for line in lines]
+            assert seen == sorted(seen), (summary, e.target)  # the rival's first steps come last
+            built_on_miss += bool(tried)
+    assert gave_up and built_on_miss
+
+
+def test_a_habit_gives_the_draw_a_mode_where_stopping_is_likelier() -> None:
+    # half the searches of 3 numbers give up after 6 misses, the rest after 1-12 (uniform): at 6
+    # stopping is likelier than going on (what a greedy base follows), and nowhere before it
+    builder = CountdownExamples(
+        give_up=(1, 12), give_up_habit={3: 6, 4: 5}, habit_rate=0.5, rival_misses=None
+    )
+    rng = random.Random(0)
+    draws = Counter(builder.misses_before_giving_up(rng, 3) for _ in range(20000))
+    assert set(draws) == set(range(1, 13)) and draws.most_common(1)[0][0] == 6
+    left = 20000
+    for misses in range(1, 13):
+        stop = draws[misses] / left  # the chance to give up here, having come this far
+        assert (stop > 0.5) == (misses in (6, 12)), (misses, stop)
+        left -= draws[misses]
+    assert Counter(builder.misses_before_giving_up(rng, 4) for _ in range(2000)).most_common(1)[0][0] == 5
+    assert builder.rival_misses_of(random.Random(1), 3) == builder.misses_before_giving_up(
+        random.Random(1), 3
+    )
+    assert CountdownExamples().misses_before_giving_up(rng, 3) == 0  # no give_up: never
+
+
 def test_slips_carry_on_down_the_chain() -> None:
     path = (Step(7, "*", 2, 14), Step(14, "*", 5, 70), Step(70, "-", 9, 61))
     assert slipped_path(path, 0, 1) == (Step(7, "*", 2, 15), Step(15, "*", 5, 75), Step(75, "-", 9, 66))
@@ -309,6 +427,14 @@ def test_errors_name_the_bad_value() -> None:
         CountdownExamples(orderings={"sideways": 1.0})
     with pytest.raises(ValueError, match="rival_misses must be"):
         CountdownExamples(rival_misses=(3, 1))
+    with pytest.raises(ValueError, match=r"give_up must be \(low, high\).*got \(3, 1\)"):
+        CountdownExamples(give_up=(3, 1))
+    with pytest.raises(ValueError, match="give_up_habit must map.*got \\{1: 4\\}"):
+        CountdownExamples(give_up=(1, 4), give_up_habit={1: 4}, habit_rate=0.5)
+    with pytest.raises(ValueError, match="needs give_up"):
+        CountdownExamples(give_up_habit={3: 6}, habit_rate=0.5)
+    with pytest.raises(ValueError, match="rival_misses: null"):
+        CountdownExamples(rival_misses=None)
     with pytest.raises(ValueError, match="ordering must be one of"):
         SearchStyle("sideways")
     with pytest.raises(ValueError, match="names \\{goal\\}, which is not in the entry's metadata"):

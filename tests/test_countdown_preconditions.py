@@ -8,6 +8,7 @@ from benchmarks.countdown_preconditions import (
     blind_step,
     cap_share_of_failures,
     copy_candidates,
+    load,
     mean,
     mean_cv,
     pass_at,
@@ -50,3 +51,23 @@ def test_the_table_marks_each_precondition() -> None:
     assert verdicts == {"1a": True, "1b": False, "1c": True, "2a": True, "2b": False, "3a": False, "3b": True,
                         "3c": True, "4": True, "5a": True, "5b": False}  # fmt: skip
     assert "| 3a | untrained cascade: converted vs regressed | converted > regressed | 5 vs 7 | NO |" in text
+
+
+def test_the_oracle_sees_that_a_drafter_that_never_gives_up_leaves_failed_drafts_no_summary() -> None:
+    # M2's generator (a search skips to the hit after five misses, never gives up) fails only at
+    # the cap, so a failed draft has no summary for a challenger to read; the shipped one (A2,
+    # A3) gives up, and its failed drafts' summaries name what they tried; with a habit, the
+    # oracle also reports the base that always gives up there (mode/)
+    from benchmarks.countdown_oracle import examples_of, oracle
+
+    setup = load("configs/countdown.yaml", "agon:tiny-countdown", limit=8)
+    m2_format = {"max_attempts": 6, "give_up": None, "give_up_habit": None, "rival_misses": (1, 4)}
+    old = oracle(setup, examples_of("configs/sft_countdown.yaml", m2_format), samples=2)
+    new = oracle(setup, examples_of("configs/sft_countdown.yaml", {}), samples=2)
+    assert old["failed_drafts"] and old["failed_with_summary"] == 0 and old["cap_share_of_failures"] == 1
+    assert old["same/real_minus_empty"] == 0
+    assert new["failed_drafts"] > old["failed_drafts"] and new["failed_with_summary"] >= 0.5
+    assert set(new) - set(old) == {k for k in new if k.startswith("mode/")} and new["mode/failed_drafts"]
+    assert all(
+        0 <= new[k] <= 1 for k in ("pass@1_main", "pass@1_hard", "length_cv", "mode/failed_with_summary")
+    )

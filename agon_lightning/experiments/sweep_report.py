@@ -31,7 +31,7 @@ COMPARISONS = (
     ("agon", "grpo"), ("agon", "grpo_n"), ("cooperative", "grpo"), ("cooperative", "agon"),
     ("no_exchange", "agon"), ("shared_opponent", "agon"), ("margin", "agon"), ("fixed_roles", "agon"),
     ("tiebreak", "agon"), ("self_play", "agon"), ("self_refine", "agon"), ("grpo_self_cascade", "grpo"),
-    ("moa_untrained", "agon"), ("zero_shot", "agon"),
+    ("moa_untrained", "agon"), ("zero_shot", "agon"), ("other_summary", "agon"),
 )  # fmt: skip
 SPLITS = (("", "held-out"), ("hard", "hard split"))
 # Variants that train nothing → the evaluator key they report instead of ``deployed``.

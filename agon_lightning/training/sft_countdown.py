@@ -34,7 +34,9 @@ from agon_lightning.countdown import (
     leaves,
     search,
     solve,
+    summarize_search,
     summary_of,
+    tried_first,
 )
 from agon_lightning.summarizers.countdown import CountdownSummarizer, countdown_numbers
 from agon_lightning.training.sft_data import RIVALS, SFTExample, SFTExamples
@@ -85,8 +87,19 @@ class CountdownExamples(SFTExamples):
             the challenger examples.
         orderings: Search ordering (``random``, ``closest``, ``largest``) → share of the searches.
         slip_rate: Chance that an attempt of a target search slips, is caught (``!``) and retried.
-        max_attempts: Longest target search, in attempts (a longer one skips to the hit).
-        rival_misses: Fewest and most attempts of a failed (``partial``) rival's search.
+        max_attempts: Longest target search, in attempts (a longer one skips to the hit); 0: no
+            limit (every attempt is written; the cap cuts what does not fit).
+        rival_misses: Fewest and most attempts of a failed (``partial``) rival's search (drawn
+            uniformly); ``None``: as many as a target search gives up after.
+        give_up: Fewest and most misses after which a target search gives up (drawn uniformly
+            per search; it then summarizes its nearest miss and the first steps it tried, and
+            answers with the nearest miss); ``None``: a target search never gives up. Solved
+            rivals (``right``, ``empty``) never give up.
+        give_up_habit: Count of given numbers → the misses after which a search of that many
+            numbers usually gives up; with chance ``habit_rate`` a search gives up there, else at
+            a point drawn from ``give_up``. A habit gives the greedy base a give-up point (the
+            mode of the draw); a uniform draw alone has none, and greedy decoding then searches on.
+        habit_rate: Chance that a search gives up at its habit.
     """
 
     def __init__(
@@ -96,7 +109,10 @@ class CountdownExamples(SFTExamples):
         orderings: dict[str, float] | None = None,
         slip_rate: float = 0.08,
         max_attempts: int = 6,
-        rival_misses: tuple[int, int] = (1, 4),
+        rival_misses: tuple[int, int] | None = (1, 4),
+        give_up: tuple[int, int] | None = None,
+        give_up_habit: dict[int, int] | None = None,
+        habit_rate: float = 0.0,
     ) -> None:
         rival_mix = dict(DEFAULT_RIVAL_MIX if rival_mix is None else rival_mix)
         orderings = dict(DEFAULT_ORDERINGS if orderings is None else orderings)
@@ -107,22 +123,59 @@ class CountdownExamples(SFTExamples):
                 )
         if not 0.0 <= challenge_fraction <= 1.0:
             raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
-        if not 1 <= rival_misses[0] <= rival_misses[1]:
+        if rival_misses is None and give_up is None:
+            raise ValueError(
+                "rival_misses: null draws a failed rival's misses from give_up, which is null too"
+            )
+        if rival_misses is not None and not 1 <= rival_misses[0] <= rival_misses[1]:
             raise ValueError(f"rival_misses must be (low, high) with 1 <= low <= high, got {rival_misses}")
+        if give_up is not None and not 1 <= give_up[0] <= give_up[1]:
+            raise ValueError(f"give_up must be (low, high) with 1 <= low <= high, or null; got {give_up}")
+        habits = {int(k): int(v) for k, v in (give_up_habit or {}).items()}
+        if any(k < 2 or v < 1 for k, v in habits.items()) or not 0.0 <= habit_rate <= 1.0:
+            raise ValueError(
+                "give_up_habit must map counts of numbers >= 2 to misses >= 1 and habit_rate be in "
+                f"[0, 1]; got {give_up_habit} and {habit_rate}"
+            )
+        if habits and give_up is None:
+            raise ValueError(f"give_up_habit {give_up_habit} needs give_up (the draw away from the habit)")
         SearchStyle(slip_rate=slip_rate, max_attempts=max_attempts)  # validates both
         self.challenge_fraction = challenge_fraction
         self.rival_mix = rival_mix
         self.orderings = orderings
         self.slip_rate = slip_rate
         self.max_attempts = max_attempts
-        self.rival_misses = tuple(rival_misses)
+        self.rival_misses = None if rival_misses is None else tuple(rival_misses)
+        self.give_up = None if give_up is None else tuple(give_up)
+        self.give_up_habit = {int(k): int(v) for k, v in habits.items()}
+        self.habit_rate = habit_rate
         self.summarizer = CountdownSummarizer()
 
-    def style(self, rng: random.Random, slip_rate: float | None = None) -> SearchStyle:
-        """A search style with a drawn ordering."""
+    def misses_before_giving_up(self, rng: random.Random, count: int) -> int:
+        """The misses after which a search of ``count`` numbers gives up (0: never)."""
+        if self.give_up is None:
+            return 0
+        if count in self.give_up_habit and rng.random() < self.habit_rate:
+            return self.give_up_habit[count]
+        return rng.randint(*self.give_up)
+
+    def style(
+        self, rng: random.Random, slip_rate: float | None = None, count: int | None = None
+    ) -> SearchStyle:
+        """A search style with a drawn ordering and, for a search of ``count`` numbers (``None``: one
+        that never gives up), a drawn give-up point."""
         ordering = rng.choices(list(self.orderings), list(self.orderings.values()))[0]
         rate = self.slip_rate if slip_rate is None else slip_rate
-        return SearchStyle(ordering=ordering, slip_rate=rate, max_attempts=self.max_attempts)
+        give_up = self.misses_before_giving_up(rng, count) if count is not None else 0
+        return SearchStyle(
+            ordering=ordering, slip_rate=rate, max_attempts=self.max_attempts, give_up_after=give_up
+        )
+
+    def rival_misses_of(self, rng: random.Random, count: int) -> int:
+        """How many attempts a failed rival of ``count`` numbers wrote."""
+        if self.rival_misses is None:
+            return self.misses_before_giving_up(rng, count)
+        return rng.randint(*self.rival_misses)
 
     def rival_draft(self, problem: Problem, rival: str, rng: random.Random) -> str:
         """A rival's whole draft of ``problem`` of kind ``rival`` (its summary is what is shown)."""
@@ -135,12 +188,14 @@ class CountdownExamples(SFTExamples):
         if rival not in ("partial", "slipped"):
             raise ValueError(f"unknown rival kind {rival!r}; expected one of {RIVALS}")
         if rival == "partial":
-            attempts = failed_search(numbers, target, rng.randint(*self.rival_misses), self.style(rng), rng)
+            attempts = failed_search(
+                numbers, target, self.rival_misses_of(rng, len(numbers)), self.style(rng), rng
+            )
         else:  # a solved or a failed search, its best attempt slipped in one claim
             attempts = search(numbers, target, self.style(rng, slip_rate=0.0), rng)
             if rng.random() < 0.5:
                 attempts = failed_search(
-                    numbers, target, rng.randint(*self.rival_misses), self.style(rng), rng
+                    numbers, target, self.rival_misses_of(rng, len(numbers)), self.style(rng), rng
                 )
         top = best(attempts, target)
         if top is None:
@@ -154,17 +209,23 @@ class CountdownExamples(SFTExamples):
                 raise ValueError(f"could not slip {top} for {numbers} -> {target}")
             top = Attempt(path, "hit" if path[-1].result == target else "miss")
             attempts = [*attempts, top]
+            tried = tried_first(attempts) if top.value != target else ()
+            summary = summary_of(numbers, top, tried)
+        else:
+            summary = summarize_search(numbers, target, attempts)
         lines = [str(a) for a in attempts]
-        return str(Completion(lines, str(summary_of(numbers, top)), expression(numbers, top.steps)))
+        return str(Completion(lines, str(summary), expression(numbers, top.steps)))
 
     def example(self, problem: Problem, rival: str | None, rng: random.Random) -> SFTExample:
         """A drafter example (``rival=None``) or a challenger example facing that kind of rival."""
         numbers, target = countdown_numbers(problem), target_of(problem)
         if rival is None:
-            return SFTExample(problem, str(solve(numbers, target, self.style(rng), rng)))
+            return SFTExample(problem, str(solve(numbers, target, self.style(rng, count=len(numbers)), rng)))
         draft = self.rival_draft(problem, rival, rng)
         summary = self.summarizer.summarize(draft, problem)
-        completion = solve(numbers, target, self.style(rng), rng, rival_summary=summary or None)
+        completion = solve(
+            numbers, target, self.style(rng, count=len(numbers)), rng, rival_summary=summary or None
+        )
         return SFTExample(problem, str(completion), draft, rival)
 
     def build(self, problems: list[Problem], seed: int) -> list[SFTExample]:
