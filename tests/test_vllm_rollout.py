@@ -286,7 +286,7 @@ def test_k1_fit_samples_each_next_draft_with_the_version_before_the_update(tmp_p
     )  # fmt: skip
     trainer.fit(m, ReasoningGymDataModule(train_size=12, val_size=2, batch_size=4, val_batch_size=2))
     assert [r["rollout/staleness"] for r in logged] == [0.0, 1.0, 1.0]
-    assert all(0 < r["train/ess"] <= 1 and 0 <= r["train/tis_clip_fraction"] <= 1 for r in logged)
+    assert all(0 < r["train/ess"] <= 1 + 1e-6 and 0 <= r["train/tis_clip_fraction"] <= 1 for r in logged)
 
     def gap_under(snapshot, adapter, rb) -> float:
         with torch.no_grad():

@@ -245,12 +245,15 @@ def effective_sample_size(weights: Tensor, mask: Tensor) -> Tensor:
     no gradient; 1 without tokens (nothing to correct).
     """
     with torch.no_grad():
-        m = mask.float()
-        w = weights.float() * m
+        m = mask.double()
+        w = weights.double() * m
         n, total, squares = m.sum(), w.sum(), (w * w).sum()
         if n == 0:
             return torch.ones(())
-        return total * total / (n * squares) if squares > 0 else torch.zeros(())
+        if squares == 0:
+            return torch.zeros(())
+        # <= 1 by Cauchy–Schwarz; the clamp keeps rounding (weights all ~1) from crossing it
+        return (total * total / (n * squares)).clamp(max=1.0).float()
 
 
 def logprob_mismatch(trainer_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Tensor:
