@@ -15,7 +15,7 @@ and the ratio is K = 1's over K = 0's, from one run.
 
 ``--part accuracy`` (6c): the default run (60 steps, validated every 20) at K = 0 and K = 1
 for each of ``--seeds``, on the same pinned server; its final ``val/deployed/pass@1``. About
-an hour per run here: not measured yet when this was committed (see the JSON, if any).
+a quarter of an hour per run per seed and K here; each call writes ``staleness_accuracy_seeds…``.
 
     python -m benchmarks.bench_staleness --part speed --steps 8
     python -m benchmarks.bench_staleness --part accuracy --seeds 0 1 2
@@ -183,7 +183,12 @@ def main() -> None:
     command = f"python -m benchmarks.bench_staleness --part {cli.part} " + (
         f"--steps {cli.steps}" if cli.part == "speed" else "--seeds " + " ".join(map(str, cli.seeds))
     )
-    write_json(f"staleness_{cli.part}", {
+    name = (
+        "staleness_speed"
+        if cli.part == "speed"
+        else "staleness_accuracy_seeds" + "-".join(map(str, cli.seeds))
+    )
+    write_json(name, {
         "tables": [table], "command": command, "pinning": pinning, "result": result,
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
     })  # fmt: skip
