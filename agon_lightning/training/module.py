@@ -152,9 +152,8 @@ class RoleRollout:
     advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
     old_logp: Tensor | None = None
     role: Literal["drafter", "challenger"] = "drafter"
-    versions: Tensor | None = (
-        None  # [B] the policy version each row was sampled with (AgonModule.policy_version)
-    )
+    # [B] the policy version each row was sampled with (AgonModule.policy_version)
+    versions: Tensor | None = None
 
     @property
     def correct(self) -> Tensor:
