@@ -19,8 +19,10 @@ from test_training_paths import ZeroIsRight
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from agon_lightning.adapters.policy import LoraOptions
+from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.data.base import ProblemDataset, ResumableDataLoader, collate_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+from agon_lightning.prompts import Prompts
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.prefetch import too_stale, versions_behind
 from agon_lightning.training.grpo import effective_sample_size, sampler_correction, tis_clip_fraction
@@ -89,8 +91,9 @@ class Metrics(L.Callback):
         self.records.append(pl_module.last_record)
 
 
-def fit(module, steps, tmp_path, callbacks=()):
+def fit(module, steps, tmp_path, callbacks=(), ckpt_path=None):
     engine, metrics = module.rollout, Metrics()
+    metrics.rollout_log = engine.log
 
     def stepped(optimizer, args, kwargs):
         engine.log.append(("optimizer step",))
@@ -99,11 +102,14 @@ def fit(module, steps, tmp_path, callbacks=()):
     hook = register_optimizer_step_post_hook(stepped)
     trainer = L.Trainer(
         accelerator="cpu", max_epochs=1, limit_train_batches=steps, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        default_root_dir=str(tmp_path), callbacks=[metrics, *callbacks],
+        enable_checkpointing=ckpt_path is not None or bool(callbacks), enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[metrics, *callbacks],
     )  # fmt: skip
     try:
-        trainer.fit(module, ReasoningGymDataModule(train_size=16, val_size=1, batch_size=P))
+        # the hyperparameters hold these dataclasses (built here, not by the CLI, which saves dicts)
+        with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
+            data = ReasoningGymDataModule(train_size=16, val_size=1, batch_size=P)
+            trainer.fit(module, data, ckpt_path=ckpt_path)
     finally:
         hook.remove()
     return metrics
@@ -245,3 +251,33 @@ def test_an_error_in_the_background_thread_surfaces_with_its_message(tiny_model_
         fit(module, 3, tmp_path)
     assert "sampling step 1's drafts ahead, in the background" in "".join(err.value.__notes__)
     assert module.agon_step == 0 and not background_threads()  # step 0 did not finish; nothing left running
+
+
+def test_a_resumed_k1_run_samples_its_first_drafts_again_and_trains_every_batch_once(
+    tiny_model_dir, tmp_path
+):
+    straight = fit(make_module(tiny_model_dir, FakeEngine(max_staleness=1)), 4, tmp_path / "straight")
+    root = tmp_path / "stopped"
+    save = {"every_n_train_steps": 1, "bundles": False, "monitor": None, "save_top_k": 0}
+
+    class StopAfterStep1(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            trainer.should_stop = batch_idx == 1
+
+    stopped = fit(
+        make_module(tiny_model_dir, FakeEngine(max_staleness=1)),
+        4,
+        root,
+        [AgonCheckpoint(**save), StopAfterStep1()],
+    )
+    # stopped after step 1, whose update sampled step 2's drafts ahead: the checkpoint holds none of them
+    assert len(stopped.records) == 2 and [e[0] for e in stopped.rollout_log].count("ahead end") == 2
+    engine = FakeEngine(max_staleness=1)
+    resumed = make_module(tiny_model_dir, engine)
+    after = fit(resumed, 4, root, [AgonCheckpoint(**save)], ckpt_path=str(root / "checkpoints" / "last.ckpt"))
+    trained = [[p.question for p in r.problems] for r in after.records]
+    # none lost, none twice: steps 2 and 3 train the batches the straight run's steps 2 and 3 did
+    assert trained == [[p.question for p in r.problems] for r in straight.records[2:]]
+    assert [e[0] for e in engine.log[:2]] == ["generate", "generate"]  # step 2's drafts sampled in step 2
+    assert [int(r.draft.versions.unique()) for r in after.records] == [2, 2]  # then step 3's ahead, at 2
+    assert [m["rollout/staleness"] for m in after.rows] == [0.0, 1.0] and resumed.policy_version == 4
