@@ -16,6 +16,10 @@ and the ratio is K = 1's over K = 0's, from one run.
 ``--part accuracy`` (6c): the default run (60 steps, validated every 20) at K = 0 and K = 1
 for each of ``--seeds``, on the same pinned server; its final ``val/deployed/pass@1``. About
 a quarter of an hour per run per seed and K here; each call writes ``staleness_accuracy_seeds…``.
+The endpoint is that final pass@1 (200 held-out problems), compared per seed as K = 1 − K = 0.
+A run's binomial SE there is about 0.035 (p ≈ 0.4), so one seed's difference has an SE of about
+0.05: a mean difference within ±2 of its SE (0.1 for one seed, 0.1/√n for n) is read as no
+measurable cost of one step of staleness, and nothing smaller is claimed.
 
     python -m benchmarks.bench_staleness --part speed --steps 8
     python -m benchmarks.bench_staleness --part accuracy --seeds 0 1 2
