@@ -153,6 +153,21 @@ def test_a_new_process_unloads_what_an_earlier_one_left_and_numbers_on(module):
     assert sorted(a.loras) == ["alpha-v7", "beta-v7", "other-v1"]
 
 
+def test_sampling_ahead_samples_the_held_versions_and_pushes_nothing(module):
+    a = FakeServer("http://a:1")
+    r = rollout_on(a, max_staleness=1)
+    with pytest.raises(RuntimeError, match=r"adapters \['alpha', 'beta'\] are not pushed yet"):
+        r.generate_ahead(module.policy, module.tokenizer, ["1+3="], 2, ["beta"])
+    sample(r, module)
+    a.calls.clear()
+    out = r.generate_ahead(module.policy, module.tokenizer, ["1+3=", "2+3="], 2, ["beta", "beta"])
+    assert out.versions == ["beta-v1"] * 4 and a.calls == [("complete", "beta-v1")]
+    r.on_weights_updated(module.policy, ["alpha"])  # the module tells it only after sampling ahead is done
+    with pytest.raises(RuntimeError, match=r"adapters \['alpha'\] are not pushed yet"):
+        r.generate_ahead(module.policy, module.tokenizer, ["1+3="], 2, ["beta"])
+    assert [c for c in a.calls if c[0] != "complete"] == []  # nothing was pushed from sampling ahead
+
+
 def test_a_sample_from_another_version_fails_naming_both(module):
     a = FakeServer("http://a:1")
     r = rollout_on(a)

@@ -257,6 +257,52 @@ def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):
 
 
 @needs_vllm
+def test_k1_fit_samples_each_next_draft_with_the_version_before_the_update(tmp_path):
+    """rollout.max_staleness=1: step t+1's drafts are sampled during step t's update, by the weights step t
+    started with; its challenges by the weights step t+1 started with (their engine log-probs say so)."""
+    rollout = VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True, max_staleness=1)
+    m = AgonModule(
+        model_name_or_path=BASE, lora=LoraOptions(beta_init_std=0.02), grpo=GRPOOptions(num_generations=2, tis_cap=2.0),
+        rollout=rollout, verifier=ReasoningGymVerifier(), optimizer=lambda params: torch.optim.Adam(params, lr=5e-3),
+        validate_at_start=False,
+    )  # fmt: skip
+    m.reward = RankReward()
+    weights, records, logged = [], [], []
+
+    class Watch(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            weights.append(
+                {n: p.detach().clone() for n, p in pl_module.policy.named_parameters() if "lora_" in n}
+            )
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            records.append(pl_module.last_record)
+            logged.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+    trainer = L.Trainer(
+        max_epochs=1, limit_train_batches=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path,
+        callbacks=[Watch()],
+    )  # fmt: skip
+    trainer.fit(m, ReasoningGymDataModule(train_size=12, val_size=2, batch_size=4, val_batch_size=2))
+    assert [r["rollout/staleness"] for r in logged] == [0.0, 1.0, 1.0]
+    assert all(0 < r["train/ess"] <= 1 + 1e-6 and 0 <= r["train/tis_clip_fraction"] <= 1 for r in logged)
+
+    def gap_under(snapshot, adapter, rb) -> float:
+        with torch.no_grad():
+            for n, p in m.policy.named_parameters():
+                if n in snapshot:
+                    p.copy_(snapshot[n])
+        return max_logp_gap(m, adapter, rb)
+
+    step1 = records[1]
+    assert [int(step1.draft.versions.unique()), int(step1.challenge.versions.unique())] == [0, 1]
+    assert gap_under(weights[0], step1.draft.adapter, step1.draft.rollouts) < LOGP_TOL  # step 0's weights
+    assert gap_under(weights[1], step1.challenge.adapter, step1.challenge.rollouts) < LOGP_TOL
+    assert gap_under(weights[1], step1.draft.adapter, step1.draft.rollouts) > 10 * LOGP_TOL  # really behind
+
+
+@needs_vllm
 def test_entry_point_name_selects_the_class(capsys):
     with pytest.raises(SystemExit):  # --print_config prints and exits
         main(

@@ -244,6 +244,33 @@ def test_a_two_process_sharded_fit_pushes_whole_adapters_from_rank_zero(servers,
     )  # pushed at the start and after step 1 (nothing samples after step 2)
 
 
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_three_step_fit_in_sync_and_in_k1_mode(servers, tmp_path, staleness):
+    """K = 0 samples each step's drafts in the step; K = 1 samples steps 2 and 3's drafts during the update before."""
+    urls = [s.url for s in servers]
+    held = servers[0].models() | servers[1].models()
+    before = {
+        a: max((int(m.rsplit("-v", 1)[1]) for m in held if m.startswith(f"{a}-v")), default=0)
+        for a in ("alpha", "beta")
+    }
+    root = tmp_path / f"k{staleness}"
+    main([*fit_args(root, urls, "[]"), f"--model.rollout.init_args.max_staleness={staleness}"])
+    rows = [r for f in root.rglob("metrics.csv") for r in csv.DictReader(f.open()) if r.get("train/drafter")]
+    assert [float(r["train/drafter"]) for r in rows] == [0.0, 1.0, 0.0]
+    assert all(
+        0 < float(r["train/ess"]) <= 1 + 1e-6 and 0 <= float(r["train/tis_clip_fraction"]) <= 1 for r in rows
+    )
+    assert float(rows[0]["train/logprob_mismatch"]) < LOGP_TOL  # step 0 samples its own drafts either way
+    if staleness:
+        assert [float(r["rollout/staleness"]) for r in rows] == [0.0, 1.0, 1.0]
+        assert [float(r["rollout/dropped_samples"]) for r in rows] == [0.0, 0.0, 0.0]
+    else:
+        assert "rollout/staleness" not in rows[0]
+        assert all(float(r["train/logprob_mismatch"]) < LOGP_TOL for r in rows)
+    for server in servers:  # pushed at the start and after steps 1 and 2; the old versions unloaded
+        assert {m for m in server.models() if "-v" in m} == {f"{a}-v{before[a] + 3}" for a in before}
+
+
 class KillServer(L.Callback):
     """SIGKILLs the process group ``pgid`` (a vLLM server) once ``after_step`` steps are done."""
 

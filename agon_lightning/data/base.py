@@ -83,12 +83,18 @@ class ResumableDataLoader(DataLoader):
     sampling, so it works with any sampler whose order depends only on its epoch, including
     Lightning's distributed wrappers. Skipped batches are still collated: cheap for problem
     lists, which is what this loader is for.
+
+    :meth:`peek` shows the batch the next step will be handed (the module drafts it ahead with
+    ``rollout.max_staleness`` >= 1); a batch peeked at but not yet handed out is not counted, so a
+    checkpoint taken then resumes with it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._handed_out = 0
         self._resume_at: tuple[int, int] | None = None
+        self._batches: Iterator[tuple[int, Any]] | None = None  # the epoch being iterated, as (index, batch)
+        self._peeked: list[tuple[int, Any]] = []
 
     def _epoch(self) -> int:
         return int(getattr(self.sampler, "epoch", 0))
@@ -105,11 +111,28 @@ class ResumableDataLoader(DataLoader):
         resume, self._resume_at = self._resume_at, None
         skip = resume[1] if resume is not None and resume[0] == self._epoch() else 0
         self._handed_out = 0
-        for index, batch in enumerate(super().__iter__()):
-            if index < skip:
-                continue
+        self._peeked = []
+        self._batches = ((i, b) for i, b in enumerate(super().__iter__()) if i >= skip)
+        while True:
+            if self._peeked:
+                index, batch = self._peeked.pop(0)
+            else:
+                try:
+                    index, batch = next(self._batches)
+                except StopIteration:
+                    self._batches = None
+                    return
             self._handed_out = index + 1
             yield batch
+
+    def peek(self) -> Any | None:
+        """The batch the iteration hands out next, without handing it out; ``None`` at the epoch's end."""
+        if not self._peeked and self._batches is not None:
+            try:
+                self._peeked.append(next(self._batches))
+            except StopIteration:
+                return None
+        return self._peeked[0][1] if self._peeked else None
 
 
 class ProblemDataModule(L.LightningDataModule):

@@ -10,7 +10,9 @@
   of each weight;
 - :mod:`~agon_lightning.rollout.sampling`: each sampled token's log-prob under the
   distribution it was drawn from, and what counts as a sharded weight;
-- :mod:`~agon_lightning.rollout.vllm`: the vLLM backend (``VLLMRollout``).
+- :mod:`~agon_lightning.rollout.vllm`: the vLLM backend (``VLLMRollout``);
+- :mod:`~agon_lightning.rollout.prefetch`: the next step's drafts sampled during the update
+  (``max_staleness`` >= 1).
 
 The interface is importable from the package itself (``from agon_lightning.rollout import
 Rollout``), and ``agon_lightning.rollout.HFRollout`` — the class path configs and bundles

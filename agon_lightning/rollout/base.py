@@ -133,6 +133,10 @@ class Rollout(ABC):
             inference engine such as vLLM) and reads only the adapters from the model: the module
             then neither gathers sharded weights for it nor moves the model to a device for it.
             ``False`` (the default) samples from the trained model itself.
+        max_staleness: K, how many adapter versions behind the trainer a sample may be. 0 (the
+            default): every step samples the weights it then updates. K >= 1: the next step's
+            drafts are sampled while this step updates (:mod:`agon_lightning.rollout.prefetch`),
+            one version behind; only a backend that keeps its own weights can do that.
     """
 
     max_new_tokens: int
@@ -142,6 +146,7 @@ class Rollout(ABC):
     top_p: float = 1.0
     top_k: int = 0  # 0: off
     keeps_own_weights: bool = False
+    max_staleness: int = 0
 
     @abstractmethod
     def generate(
@@ -185,3 +190,33 @@ class Rollout(ABC):
         self.temperature = temperature
         self.top_p = top_p
         self.top_k = top_k
+
+    def _keep_staleness(self, max_staleness: int) -> None:
+        """Keep ``max_staleness`` (K); a ValueError names it unless it is an int >= 0 this backend can honour."""
+        if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) or max_staleness < 0:
+            raise ValueError(f"max_staleness must be an int >= 0 (0 = synchronous), got {max_staleness!r}")
+        if max_staleness and not self.keeps_own_weights:
+            raise ValueError(
+                f"max_staleness={max_staleness} samples the next step's drafts while the update changes the "
+                f"weights, but {type(self).__name__} samples those very weights; use max_staleness=0 here, or "
+                "a backend with its own copy (VLLMRollout, VLLMServerRollout)"
+            )
+        self.max_staleness = max_staleness
+
+    def generate_ahead(
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: list[str],
+        num_samples: int,
+        adapter_names: list[str | None],
+    ) -> RolloutBatch:
+        """``generate`` from a background thread while the trainer updates the weights (``max_staleness`` >= 1).
+
+        It must sample the adapter versions the backend already holds: read no weight of ``model``
+        (push nothing), change no state of it, and make no collective call (the main thread is in
+        the backward's). The default refuses; backends that keep their own weights override it.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot sample ahead of the update (max_staleness=0 only)"
+        )

@@ -62,6 +62,8 @@ class HFRollout(Rollout):
             exactly goes to ``generate``, except under DeepSpeed ZeRO-3, where ``generate`` would run
             every partitioned module's hooks a rank-dependent number of times (the loop calls no
             module): there a model the loop cannot sample stops with the reason.
+        max_staleness: 0 only: this backend samples the very weights the update changes, so it
+            cannot sample ahead of it (a ValueError names any other value).
     """
 
     def __init__(
@@ -73,8 +75,10 @@ class HFRollout(Rollout):
         max_batch_size: int = 0,
         merge_adapter: bool = True,
         fused_decode: bool = True,
+        max_staleness: int = 0,
     ) -> None:
         self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
+        self._keep_staleness(max_staleness)
         if max_batch_size < 0:
             raise ValueError(f"max_batch_size must be >= 0, got {max_batch_size}")
         self.max_batch_size = max_batch_size

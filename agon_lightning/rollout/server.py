@@ -136,6 +136,8 @@ class VLLMServerRollout(Rollout):
             (a shared filesystem across nodes); ``None``: ``/dev/shm`` when there is one. A
             private folder is made inside it and removed at exit.
         timeout_s: Seconds any one request may take before its server counts as gone.
+        max_staleness: K >= 1 samples the next step's drafts while this step updates, with the
+            versions the servers hold (one behind; needs ``grpo.tis_cap``); 0 = synchronous.
     """
 
     keeps_own_weights = True  # the servers hold the base; only the adapters are read from the model
@@ -149,8 +151,10 @@ class VLLMServerRollout(Rollout):
         top_k: int = 0,
         adapter_dir: str | None = None,
         timeout_s: float = 600.0,
+        max_staleness: int = 0,
     ) -> None:
         self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
+        self._keep_staleness(max_staleness)
         if isinstance(urls, str) or not urls:
             raise ValueError(f"urls must be a non-empty list of server URLs, got {urls!r}")
         urls = [check_url(u) for u in urls]
@@ -259,6 +263,27 @@ class VLLMServerRollout(Rollout):
 
     # ------------------------------------------------------------------ sampling
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
+        return self._generate(model, tokenizer, prompts, num_samples, greedy, adapter_names, together=True)
+
+    def generate_ahead(self, model, tokenizer, prompts, num_samples, adapter_names):
+        if self._stale or self._model_ref is None or self._model_ref() is not model:
+            raise RuntimeError(
+                "VLLMServerRollout samples ahead only with the adapter versions the servers hold, but adapters "
+                f"{sorted(self._stale) or sorted(model.peft_config)} are not pushed yet (sample once first)"
+            )
+        return self._generate(model, tokenizer, prompts, num_samples, False, adapter_names, together=False)
+
+    def _generate(
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: list[str],
+        num_samples: int,
+        greedy: bool,
+        adapter_names: list[str | None] | None,
+        together: bool,
+    ) -> RolloutBatch:
+        """``generate``; ``together``: every rank learns of any rank's failure (a collective), else only this one."""
         check_generate_args(prompts, adapter_names)
         if not hasattr(model, "peft_config"):
             raise TypeError(
@@ -282,7 +307,8 @@ class VLLMServerRollout(Rollout):
             check_versions([s for s in served for _ in range(num_samples)], versions)
         except (ReplicaError, AdapterVersionError) as err:
             failure = err
-        failure = _first_failure(failure)  # any rank's failure stops every rank: none waits in a collective
+        if together:  # any rank's failure stops every rank: none waits in a collective
+            failure = _first_failure(failure)
         if failure is not None:
             raise failure
         width = max(1, max(len(t) for t, _ in samples))

@@ -170,6 +170,8 @@ class VLLMRollout(Rollout):
         seed: The engine's sampling seed.
         in_process: Run the engine core in this process (sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
             when unset).
+        max_staleness: K >= 1 samples the next step's drafts while this step updates, with the
+            versions the engine holds (one behind; needs ``grpo.tis_cap``); 0 = synchronous.
     """
 
     keeps_own_weights = True  # the engine has its own base; only the adapters are read from the model
@@ -190,8 +192,10 @@ class VLLMRollout(Rollout):
         enforce_eager: bool = False,
         seed: int = 0,
         in_process: bool = True,
+        max_staleness: int = 0,
     ) -> None:
         self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
+        self._keep_staleness(max_staleness)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if max_model_len is not None and max_model_len <= max_new_tokens:
@@ -298,6 +302,14 @@ class VLLMRollout(Rollout):
         self._stale.update(adapter_names)
 
     # ------------------------------------------------------------------ sampling
+    def generate_ahead(self, model, tokenizer, prompts, num_samples, adapter_names):
+        if self._llm is None or self._stale or self._model_ref is None or self._model_ref() is not model:
+            raise RuntimeError(
+                "VLLMRollout samples ahead only with the adapter versions its engine holds, but adapters "
+                f"{sorted(self._stale) or sorted(model.peft_config)} are not pushed yet (sample once first)"
+            )
+        return self.generate(model, tokenizer, prompts, num_samples, False, adapter_names)
+
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
         check_generate_args(prompts, adapter_names)
         from vllm import SamplingParams

@@ -228,6 +228,34 @@ def sampler_correction(trainer_logp: Tensor, engine_logp: Tensor, cap: float) ->
         return torch.exp(trainer_logp.float() - engine_logp.float()).clamp(max=cap)
 
 
+def tis_clip_fraction(trainer_logp: Tensor, engine_logp: Tensor, cap: float, mask: Tensor) -> Tensor:
+    """Fraction of the ``mask``-ed tokens whose weight ``exp(trainer − engine)`` exceeds ``cap`` (clipped by
+    :func:`sampler_correction`); a scalar, no gradient, 0 without tokens."""
+    with torch.no_grad():
+        m = mask.float()
+        clipped = (trainer_logp.float() - engine_logp.float()) > torch.log(torch.tensor(float(cap)))
+        return (clipped.float() * m).sum() / m.sum().clamp(min=1)
+
+
+def effective_sample_size(weights: Tensor, mask: Tensor) -> Tensor:
+    """Kish's effective sample size of the ``mask``-ed importance ``weights``, normalised to [0, 1].
+
+    ``(Σw)² / (n · Σw²)`` over the n tokens of ``mask``: 1 when every weight is equal (the samples
+    count fully), 1/n when one token carries all the weight, 0 when every weight is 0. A scalar,
+    no gradient; 1 without tokens (nothing to correct).
+    """
+    with torch.no_grad():
+        m = mask.double()
+        w = weights.double() * m
+        n, total, squares = m.sum(), w.sum(), (w * w).sum()
+        if n == 0:
+            return torch.ones(())
+        if squares == 0:
+            return torch.zeros(())
+        # <= 1 by Cauchy–Schwarz; the clamp keeps rounding (weights all ~1) from crossing it
+        return (total * total / (n * squares)).clamp(max=1.0).float()
+
+
 def logprob_mismatch(trainer_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> Tensor:
     """Mean ``|trainer − engine|`` log-prob over the ``mask``-ed completion tokens (a scalar, no gradient)."""
     with torch.no_grad():

@@ -50,6 +50,7 @@ from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.rollout.prefetch import Ahead, DraftPrefetch, too_stale, versions_behind
 from agon_lightning.strategies import check_strategy, gathered, local_grads
 from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer
@@ -59,9 +60,11 @@ from agon_lightning.training.grpo import (
     STD_KINDS,
     LossNormalizer,
     clipped_policy_loss,
+    effective_sample_size,
     group_advantages,
     logprob_mismatch,
     sampler_correction,
+    tis_clip_fraction,
     token_logprobs,
 )
 from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
@@ -95,7 +98,9 @@ class GRPOOptions:
         tis_cap: Cap of the truncated importance-sampling correction ``min(exp(trainer −
             sampler), cap)`` applied per token to the surrogate, from the sampling log-probs
             every rollout backend reports (vLLM, the decode loop, ``generate``); ``None`` = off.
-            Typical: 2.
+            Typical: 2. Required with ``rollout.max_staleness`` >= 1, where it corrects for drafts
+            sampled one version behind. Logged: ``train/tis_clip_fraction`` (tokens whose weight
+            hit the cap) and ``train/ess`` (the weights' effective sample size, in [0, 1]).
     """
 
     num_generations: int = 8
@@ -147,6 +152,8 @@ class RoleRollout:
     advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
     old_logp: Tensor | None = None
     role: Literal["drafter", "challenger"] = "drafter"
+    # [B] the policy version each row was sampled with (AgonModule.policy_version)
+    versions: Tensor | None = None
 
     @property
     def correct(self) -> Tensor:
@@ -248,6 +255,12 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
+        if rollout.max_staleness and grpo.tis_cap is None:
+            raise ValueError(
+                f"rollout.max_staleness={rollout.max_staleness} trains on drafts sampled one adapter version "
+                "behind, which the loss corrects with truncated importance weights, but grpo.tis_cap is null; "
+                "set it (e.g. --model.grpo.tis_cap=2), or rollout.max_staleness=0"
+            )
         self.save_hyperparameters(
             ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
         )
@@ -279,6 +292,12 @@ class AgonModule(L.LightningModule):
         self.max_consecutive_skips = max_consecutive_skips
         self.skipped_steps = 0  # steps dropped for a non-finite loss or gradient (saved in checkpoints)
         self.skips_in_a_row = 0
+        self.policy_version = 0
+        """Updates the adapters have taken (public; saved in checkpoints): the version samples record."""
+        self.dropped_samples = 0  # drafts sampled ahead but too stale, or for other problems (saved)
+        self._prefetch: DraftPrefetch | None = None  # the next step's drafts, being sampled during the update
+        self._ahead: Ahead | None = None  # the next step's drafts, sampled
+        self._changed: list[str] = []  # adapters updated while a prefetch ran, told to the rollout after it
         self.policy: Any = None
         """The PEFT model holding the base and every adapter (public); built in ``configure_model``."""
         self.tokenizer: Any = None
@@ -364,14 +383,14 @@ class AgonModule(L.LightningModule):
         drafter, challenger = roles_for_step(
             self.agon_step, self.schedule if self.game == "agon" else "fixed"
         )
-        draft_prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
-        drafts = self.sample(drafter, draft_prompts, n)
+        drafts, version = self._drafts(problems, drafter)
         grouped = [p for p in problems for _ in range(n)]
         draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
         draft = RoleOutcome(_correct(draft_verdicts), drafts.lengths.cpu(), drafts.texts)
         record = StepRecord(
-            self.agon_step, problems, RoleRollout(drafter, drafts, draft_verdicts, draft.correct)
-        )
+            self.agon_step, problems,
+            RoleRollout(drafter, drafts, draft_verdicts, draft.correct, versions=_rows_of(version, len(drafts))),
+        )  # fmt: skip
         if self.game == "grpo":
             rewards = self.reward(Outcomes(draft))
             record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
@@ -390,10 +409,111 @@ class AgonModule(L.LightningModule):
         rewards = self.reward(outcomes)
         record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
         record.challenge = RoleRollout(
-            challenger, challenges, challenge_verdicts, rewards.challenge, role="challenger"
-        )
+            challenger, challenges, challenge_verdicts, rewards.challenge, role="challenger",
+            versions=_rows_of(self.policy_version, len(challenges)),
+        )  # fmt: skip
         record.opponents = None if self.pairing == "per_rollout" else rows
         return record
+
+    # ------------------------------------------------------------------ sampling ahead
+    def _drafts(self, problems: list[Problem], drafter: str) -> tuple[RolloutBatch, int]:
+        """This step's drafts and the policy version they were sampled with: sampled ahead when they can be.
+
+        Drafts sampled ahead (:mod:`agon_lightning.rollout.prefetch`) are used when they are for this
+        step's problems and drafter and at most ``rollout.max_staleness`` versions behind; otherwise
+        they are dropped (counted, with a warning) and the drafts are sampled now.
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.rollouts is not None:
+            rows = torch.full((len(ahead.rollouts),), ahead.version)
+            stale = too_stale(rows, self.policy_version, self.rollout.max_staleness)
+            if ahead.step == self.agon_step and ahead.adapter == drafter and ahead.problems == problems:
+                if not stale.any():
+                    return ahead.rollouts, ahead.version
+                why = (
+                    f"{int(versions_behind(rows, self.policy_version).max())} versions behind, more than "
+                    f"rollout.max_staleness={self.rollout.max_staleness}"
+                )
+            else:
+                why = f"sampled for step {ahead.step}'s problems by {ahead.adapter}"
+            self.dropped_samples += len(ahead.rollouts)
+            rank_zero_warn(
+                f"step {self.agon_step}: dropped {len(ahead.rollouts)} drafts sampled ahead ({why}); sampling "
+                f"them again at version {self.policy_version} ({self.dropped_samples} dropped in all)"
+            )
+        prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
+        return self.sample(drafter, prompts, self.grpo.num_generations), self.policy_version
+
+    def _next_step_runs(self) -> bool:
+        """Whether another training step follows this one in this epoch (as far as the trainer knows now)."""
+        trainer = self.trainer
+        if trainer.is_last_batch or trainer.should_stop:
+            return False
+        return trainer.max_steps < 0 or trainer.global_step + self.grpo.num_iterations < trainer.max_steps
+
+    def _sample_ahead(self) -> None:
+        """With ``rollout.max_staleness`` >= 1, start the next step's drafts in the background (before the update).
+
+        The thread samples the adapter versions the backend holds now — this step's — and pushes
+        nothing: the update's changes reach the backend after it (:meth:`_collect_ahead`).
+        """
+        if not self.rollout.max_staleness or not self._next_step_runs():
+            return
+        problems = self._peek_next_batch()
+        if problems is None:  # the epoch's last batch: the next epoch's first step samples its own
+            return
+        step = self.agon_step + 1
+        drafter, _ = roles_for_step(step, self.schedule if self.game == "agon" else "fixed")
+        prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
+        n = self.grpo.num_generations
+        self._prefetch = DraftPrefetch(
+            Ahead(step, list(problems), drafter, self.policy_version),
+            lambda: self.rollout.generate_ahead(
+                self.policy, self.tokenizer, prompts, n, [drafter] * len(prompts)
+            ),
+        )
+
+    def _peek_next_batch(self) -> list[Problem] | None:
+        loader = self.trainer.train_dataloader
+        peek = getattr(loader, "peek", None)
+        if peek is None:
+            raise TypeError(
+                f"rollout.max_staleness={self.rollout.max_staleness} drafts the next step's problems ahead, which "
+                f"needs a training loader that can show its next batch (peek()), but it is a {type(loader).__name__}; "
+                "return an agon_lightning.data.base.ResumableDataLoader (every ProblemDataModule does), or set "
+                "rollout.max_staleness=0"
+            )
+        return peek()
+
+    def _collect_ahead(self, failed: bool = False) -> float:
+        """Join the thread sampling ahead; tell the rollout of the update's changes; the seconds waited.
+
+        Its exception is raised here (any process's stops every process: one collective, on every
+        rank alike whenever ``rollout.max_staleness`` >= 1). With ``failed`` (the update itself
+        raised) the drafts are only waited for and dropped, and nothing collective is called.
+        """
+        prefetch, self._prefetch = self._prefetch, None
+        t0 = time.perf_counter()
+        error = prefetch.wait() if prefetch is not None else None
+        waited = time.perf_counter() - t0
+        changed, self._changed = self._changed, []
+        if changed:
+            self.rollout.on_weights_updated(self.policy, changed)
+        if failed or not self.rollout.max_staleness:
+            return waited
+        if self.trainer.strategy.reduce_boolean_decision(error is not None, all=False):
+            raise error or RuntimeError(
+                "another process failed sampling the next step's drafts ahead (its log names why)"
+            )
+        self._ahead = prefetch.ahead if prefetch is not None else None
+        return waited
+
+    def _weights_updated(self, adapters: list[str]) -> None:
+        """Tell the rollout ``adapters`` changed; while the next step's drafts are sampled, once they are done."""
+        if self._prefetch is None:
+            self.rollout.on_weights_updated(self.policy, adapters)
+        else:
+            self._changed.extend(a for a in adapters if a not in self._changed)
 
     # ------------------------------------------------------------------ update
     def _logprobs(self, adapter: str | None, rollouts: RolloutBatch, rows: slice) -> tuple[Tensor, Tensor]:
@@ -442,6 +562,11 @@ class AgonModule(L.LightningModule):
             logp, old, role.advantages[rows].to(logp.device), mask, norm, self.grpo.epsilon_low,
             self.grpo.epsilon_high, self.grpo.loss_aggregation, ref, self.grpo.kl_beta, weights,
         )  # fmt: skip
+        if weights is not None:  # how much the truncated importance weights had to correct
+            stats["tis_clip_fraction"] = tis_clip_fraction(
+                old, rb.logprobs.to(old.device), self.grpo.tis_cap, mask
+            )
+            stats["ess"] = effective_sample_size(weights, mask)
         stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
         if rb.logprobs is not None:  # how far the sampling policy is from the trainer's
             stats["logprob_mismatch"] = logprob_mismatch(old, rb.logprobs.to(old.device), rb.completion_mask)
@@ -497,12 +622,26 @@ class AgonModule(L.LightningModule):
             if self.max_grad_norm is not None:
                 self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
-            self.rollout.on_weights_updated(self.policy, list(dict.fromkeys(r.adapter for r in roles)))
+            self._weights_updated(list(dict.fromkeys(r.adapter for r in roles)))
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
         self.skips_in_a_row = 0
+        self.policy_version += 1
         return stats_sum
+
+    def _overlapped_update(self, roles: list[RoleRollout]) -> tuple[dict[str, float], float]:
+        """:meth:`_update` with the next step's drafts sampled meanwhile; the stats and the seconds waited for them.
+
+        The thread is always joined before this returns, also when the update raises.
+        """
+        self._sample_ahead()
+        try:
+            stats = self._update(roles)
+        except BaseException:
+            self._collect_ahead(failed=True)
+            raise
+        return stats, self._collect_ahead()
 
     def _nonfinite(self, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
         """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
@@ -544,7 +683,12 @@ class AgonModule(L.LightningModule):
         for role in roles:
             role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std, std=self.grpo.std)
             zero_std.append(zs.float())
-        stats = self._update(roles)
+        # how many versions behind the weights they update this step's samples are
+        behind = torch.cat([versions_behind(r.versions, self.policy_version) for r in roles])
+        if self.rollout.max_staleness:
+            stats, waited = self._overlapped_update(roles)
+        else:
+            stats, waited = self._update(roles), None
         t2 = time.perf_counter()
         metrics = step_metrics(record)
         metrics.update({f"train/{k}": v for k, v in stats.items()})
@@ -552,6 +696,10 @@ class AgonModule(L.LightningModule):
         metrics["train/skipped_steps"] = float(self.skipped_steps)
         metrics["time/generate_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
+        if waited is not None:  # how far behind this step's samples were, and what sampling ahead cost
+            metrics["rollout/staleness"] = float(behind.max())  # the drafts'; challenges are never behind
+            metrics["rollout/dropped_samples"] = float(self.dropped_samples)
+            metrics["time/ahead_wait_s"] = waited
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=True)
         if record.challenge is not None:
             # Rates from counts summed over every process, so each rank logs the same keys (no DDP hang).
@@ -578,6 +726,7 @@ class AgonModule(L.LightningModule):
             self._evaluate_outside_loop()
 
     def on_train_end(self) -> None:
+        self._ahead = None  # drafts sampled for a step that did not come (the run stopped early)
         # The final point of the curve, unless the last validation already ran at this step.
         if self.validate_at_start and (
             not self.evaluator.history or self.evaluator.history[-1][0] != self.global_step
@@ -631,6 +780,9 @@ class AgonModule(L.LightningModule):
             "adapters": {name: len(keys) for name, keys in by_adapter.items()},
             "skipped_steps": self.skipped_steps,
             "skips_in_a_row": self.skips_in_a_row,
+            # Drafts sampled ahead are not saved: a resumed run samples its first step again.
+            "policy_version": self.policy_version,
+            "dropped_samples": self.dropped_samples,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -644,6 +796,8 @@ class AgonModule(L.LightningModule):
         self.evaluator.history = list(state.get("history", []))
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self.skips_in_a_row = int(state.get("skips_in_a_row", 0))
+        self.policy_version = int(state.get("policy_version", self.agon_step - self.skipped_steps))
+        self.dropped_samples = int(state.get("dropped_samples", 0))
 
 
 def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -672,6 +826,11 @@ def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], m
             + ": "
             + "; ".join(problems)
         )
+
+
+def _rows_of(version: int, rows: int) -> Tensor:
+    """``[rows]`` the policy version of each row of a batch sampled with ``version``."""
+    return torch.full((rows,), version, dtype=torch.long)
 
 
 def _correct(verdicts: list[Verdict]) -> Tensor:
