@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -256,10 +258,24 @@ def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):
         assert f"val/{key}/pass@1" in evaluated, key
 
 
+K1_CHILD = "AGON_TEST_K1_CHILD"
+
+
 @needs_vllm
 def test_k1_fit_samples_each_next_draft_with_the_version_before_the_update(tmp_path):
     """rollout.max_staleness=1: step t+1's drafts are sampled during step t's update, by the weights step t
     started with; its challenges by the weights step t+1 started with (their engine log-probs say so)."""
+    if os.environ.get(K1_CHILD) != "1":
+        # Sampling from a thread with a second in-process engine, after this module's engine, breaks
+        # vLLM's per-process group map (and the engine's torch thread settings leak into the tests
+        # after it): the fit runs in a fresh process of its own.
+        test = f"{__file__}::test_k1_fit_samples_each_next_draft_with_the_version_before_the_update"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm", test],
+            env={**os.environ, K1_CHILD: "1"}, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
+        return
     rollout = VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True, max_staleness=1)
     m = AgonModule(
         model_name_or_path=BASE, lora=LoraOptions(beta_init_std=0.02), grpo=GRPOOptions(num_generations=2, tis_cap=2.0),
