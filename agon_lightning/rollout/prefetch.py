@@ -47,13 +47,13 @@ from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.types import Problem
 
 
-def versions_behind(versions: Tensor, current: int) -> Tensor:
-    """``[B]`` how many policy versions each row's version is behind ``current`` (0: the current one)."""
+def versions_behind(versions: Tensor | int, current: int) -> Tensor | int:
+    """How many policy versions ``versions`` (one, or ``[B]`` per row) are behind ``current`` (0: the current one)."""
     return current - versions
 
 
-def too_stale(versions: Tensor, current: int, max_staleness: int) -> Tensor:
-    """``[B]`` True where a row sampled with ``versions`` is more than ``max_staleness`` behind ``current``."""
+def too_stale(versions: Tensor | int, current: int, max_staleness: int) -> Tensor | bool:
+    """Whether ``versions`` (one, or ``[B]`` per row) are more than ``max_staleness`` behind ``current``."""
     return versions_behind(versions, current) > max_staleness
 
 

@@ -425,13 +425,12 @@ class AgonModule(L.LightningModule):
         """
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.rollouts is not None:
-            rows = torch.full((len(ahead.rollouts),), ahead.version)
-            stale = too_stale(rows, self.policy_version, self.rollout.max_staleness)
+            # one version for the whole batch: one comparison
             if ahead.step == self.agon_step and ahead.adapter == drafter and ahead.problems == problems:
-                if not stale.any():
+                if not too_stale(ahead.version, self.policy_version, self.rollout.max_staleness):
                     return ahead.rollouts, ahead.version
                 why = (
-                    f"{int(versions_behind(rows, self.policy_version).max())} versions behind, more than "
+                    f"{versions_behind(ahead.version, self.policy_version)} versions behind, more than "
                     f"rollout.max_staleness={self.rollout.max_staleness}"
                 )
             else:
@@ -683,9 +682,9 @@ class AgonModule(L.LightningModule):
         for role in roles:
             role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std, std=self.grpo.std)
             zero_std.append(zs.float())
-        # how many versions behind the weights they update this step's samples are
-        behind = torch.cat([versions_behind(r.versions, self.policy_version) for r in roles])
         if self.rollout.max_staleness:
+            # how many versions behind the weights they update this step's samples are
+            behind = torch.cat([versions_behind(r.versions, self.policy_version) for r in roles])
             stats, waited = self._overlapped_update(roles)
         else:
             stats, waited = self._update(roles), None
