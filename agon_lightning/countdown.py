@@ -308,10 +308,13 @@ def summary_of(numbers: Sequence[int], attempt: Attempt, tried: Sequence[str] = 
     return Summary(claims, tuple(left), attempt.value, tuple(tried))
 
 
-def summarize_search(numbers: Sequence[int], target: int, attempts: Sequence[Attempt]) -> Summary:
-    """The summary a search writes: its best attempt's claims and, when that attempt missed the
-    target, the first steps the search tried (so a reader can look elsewhere first)."""
-    top = best(attempts, target)
+def summarize_search(
+    numbers: Sequence[int], target: int, attempts: Sequence[Attempt], top: Attempt | None = None
+) -> Summary:
+    """The summary a search writes: the claims of its best attempt (or of ``top``, the one it
+    reports) and, when that attempt missed the target, the first steps the search tried (so a
+    reader can look elsewhere first)."""
+    top = best(attempts, target) if top is None else top
     if top is None:
         raise ValueError(f"no attempt for {list(numbers)} -> {target}")
     return summary_of(numbers, top, tried_first(attempts) if top.value != target else ())

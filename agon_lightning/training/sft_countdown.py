@@ -35,8 +35,6 @@ from agon_lightning.countdown import (
     search,
     solve,
     summarize_search,
-    summary_of,
-    tried_first,
 )
 from agon_lightning.summarizers.countdown import CountdownSummarizer, countdown_numbers
 from agon_lightning.training.sft_data import RIVALS, SFTExample, SFTExamples
@@ -209,10 +207,7 @@ class CountdownExamples(SFTExamples):
                 raise ValueError(f"could not slip {top} for {numbers} -> {target}")
             top = Attempt(path, "hit" if path[-1].result == target else "miss")
             attempts = [*attempts, top]
-            tried = tried_first(attempts) if top.value != target else ()
-            summary = summary_of(numbers, top, tried)
-        else:
-            summary = summarize_search(numbers, target, attempts)
+        summary = summarize_search(numbers, target, attempts, top)
         lines = [str(a) for a in attempts]
         return str(Completion(lines, str(summary), expression(numbers, top.steps)))
 
