@@ -168,8 +168,10 @@ def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, in
     return out
 
 
-def compare(results: Sequence[RunResult], variant: str, reference: str, split: str) -> str | None:
-    """``mean [low, high]`` of pass@1(variant) − pass@1(reference), paired by seed and problem."""
+def paired(results: Sequence[RunResult], variant: str, reference: str, split: str):
+    """pass@1(variant) − pass@1(reference) on ``split``, paired by seed and problem (a
+    :class:`~agon_lightning.experiments.stats.PairedDifference`), over the seeds both ran and the
+    problems every one of those runs evaluated; ``None`` when they share none."""
     from agon_lightning.experiments.stats import paired_bootstrap
 
     ours = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == variant}
@@ -184,7 +186,13 @@ def compare(results: Sequence[RunResult], variant: str, reference: str, split: s
         return None
     a = [[ours[s][q][0] for q in questions] for s in seeds]
     b = [[theirs[s][q][0] for q in questions] for s in seeds]
-    return str(paired_bootstrap(a, b)) + f" ({len(seeds)} seeds × {len(questions)})"
+    return paired_bootstrap(a, b)
+
+
+def compare(results: Sequence[RunResult], variant: str, reference: str, split: str) -> str | None:
+    """``mean [low, high] (S seeds × P)`` of :func:`paired`, or ``None``."""
+    d = paired(results, variant, reference, split)
+    return None if d is None else f"{d} ({d.seeds} seeds × {d.problems})"
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
