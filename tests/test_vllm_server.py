@@ -1,8 +1,8 @@
 """VLLMServerRollout against real vLLM servers on 127.0.0.1 (the ``vllm_server`` CI stage).
 
 Two servers start once for the whole module (``agon vllm-serve --config configs/agon.yaml
---run``, which starts them from an empty working directory, on the shipped tiny Qwen3; ~1 min
-and about one core each) and are always stopped. Every test but the last uses both; the last kills the second mid-run, so it
+--run``, which starts them from an empty working directory, on the shipped tiny Qwen3; ~1 min,
+each engine on a core of its own) and are always stopped. Every test but the last uses both; the last kills the second mid-run, so it
 runs last (pytest keeps the file's order). Skipped, with the reason, where vllm is not
 installed. Run alone with ``pytest -m vllm_server``.
 """
@@ -48,10 +48,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def pinned(core: int | None) -> dict[str, str]:
+    """The environment of a server whose engine runs on ``core``. vLLM's CPU backend binds its
+    OpenMP threads to the same cores for every server on the machine (on 2 cores: core 0), so
+    two servers would share one core and leave the other idle. ``None``, or a
+    binding the caller set, keeps vLLM's choice."""
+    env = dict(os.environ)
+    if core is not None:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))
+    return env
+
+
 class Server:
     """One vLLM server started by ``agon vllm-serve --run``, in a process group of its own."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, core: int | None = None) -> None:
         workdir.mkdir()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -60,6 +71,7 @@ class Server:
             [sys.executable, "-m", "agon_lightning.cli", "vllm-serve", "--config", str(CONFIG), "--host", "127.0.0.1",
              "--port", str(self.port), "--device", "cpu", "--max-model-len", "512", "--run"],
             cwd=workdir, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+            env=pinned(core),
         )  # fmt: skip
 
     def wait(self, deadline: float) -> None:
@@ -100,7 +112,8 @@ class Server:
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm-servers")
     started = time.monotonic()
-    fleet = [Server(root / f"s{i}") for i in range(2)]
+    cores = sorted(os.sched_getaffinity(0))
+    fleet = [Server(root / f"s{i}", cores[i % len(cores)]) for i in range(2)]
     try:
         for s in fleet:
             s.wait(started + START_TIMEOUT_S)
