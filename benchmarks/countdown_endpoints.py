@@ -199,7 +199,10 @@ def markdown(results, diffs: list[Difference], length_table: dict, tie: dict | N
         )
     primary = next(d for d in diffs if d.split == "main" and d.variant == "agon" and d.reference == "grpo")
     content = next(d for d in diffs if d.split == "main" and d.reference == "other_summary")
-    if primary.decision == "shown" and content.decision != "shown":
+    if primary.decision == "shown" and content.decision == "not run":
+        lines += ["", "Agon − GRPO is shown and `other_summary` has not finished a run: whether the gain "
+                  "is reading the rival is still open."]  # fmt: skip
+    elif primary.decision == "shown" and content.decision != "shown":
         lines += ["", "Agon − GRPO is shown while Agon − `other_summary` is not: a gain the testbed cannot "
                   "attribute to reading the rival."]  # fmt: skip
     lines += [

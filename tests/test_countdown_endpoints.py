@@ -106,6 +106,16 @@ def test_endpoints_decide_each_difference_and_say_a_decision_is_interim_until_ev
     assert "grpo" not in record["cascades"]  # one policy: nothing to convert
 
 
+def test_without_the_control_the_attribution_is_open_not_refused(tmp_path):
+    rng = random.Random(1)
+    grpo = [rng.random() < 0.5 for _ in range(400)]
+    finished_run(tmp_path, "grpo", 0, grpo, [100.0, 100.0, 100.0])
+    finished_run(tmp_path, "agon", 0, [g or rng.random() < 0.4 for g in grpo], [100.0, 100.0, 100.0])
+    endpoints_main([str(tmp_path)])
+    text = (tmp_path / "endpoints.md").read_text()
+    assert "still open" in text and "cannot attribute" not in text
+
+
 def test_an_empty_sweep_directory_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no finished run"):
         endpoints_main([str(tmp_path)])
