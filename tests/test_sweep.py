@@ -346,3 +346,43 @@ def test_each_run_names_the_policy_it_deployed_and_the_plots_dash_cascades(tmp_p
     plot_curves({v: [r] for v, r in runs.items()}, tmp_path)
     dashed = {s.label: s.dashed for s in drawn[0][0].series}
     assert dashed == {"agon": True, "grpo": False, "self_refine": True}
+
+
+def test_the_hard_split_is_read_and_plotted_at_every_evaluation(tmp_path, monkeypatch):
+    write_run(tmp_path / "a", [(0, 0.25, 30.0), (2, 0.5, 20.0), (4, 0.75, 10.0)], steps=4)
+    path = tmp_path / "a" / "lightning_logs" / "version_0" / "metrics.csv"
+    rows = list(csv.DictReader(path.open()))
+    hard = {"0": (0.1, 90.0), "2": (0.2, 80.0), "4": (0.3, 70.0)}
+    for r in rows:
+        if r["val/deployed/pass@1"]:
+            r["val/hard/deployed/pass@1"], r["val/hard/deployed/length"] = hard[r["step"]]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(
+            f, fieldnames=[*rows[0], "val/hard/deployed/pass@1", "val/hard/deployed/length"]
+        )
+        writer.writeheader()
+        writer.writerows(rows)
+    r = read_run(tmp_path / "a", "agon", 0, "deployed", 1.0)
+    assert r.hard_curve == [(0, 0.1, 90.0), (2, 0.2, 80.0), (4, 0.3, 70.0)]
+    assert (r.hard_pass_at_1, r.hard_length) == (0.3, 70.0)
+
+    import agon_lightning.experiments.plots as plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "draw", lambda panels, *a, **k: drawn.append(panels))
+    plot_curves({"agon": [r]}, tmp_path)
+    (main, hard_panel), (main_length, hard_length) = drawn
+    assert [s.steps for s in hard_panel.series] == [[0, 2, 4]] and hard_panel.series[0].values == [
+        0.1,
+        0.2,
+        0.3,
+    ]
+    assert hard_length.series[0].values == [90.0, 80.0, 70.0] and main.series[0].values == [0.25, 0.5, 0.75]
+
+
+def test_every_row_of_the_paper_gets_a_colour_of_its_own():
+    from agon_lightning.experiments.paper_table import PAPER_VARIANTS
+    from agon_lightning.experiments.plots import colours
+
+    rows = list(dict.fromkeys([*PAPER_VARIANTS, "other_summary"]))
+    assert len(set(colours(rows).values())) == len(rows)

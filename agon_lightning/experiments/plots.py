@@ -25,7 +25,9 @@ KNOWN_COLOURS = {
     BASE: "#7f7f7f", ALPHA: "#1f77b4", BETA: "#ff7f0e", "cascade_ab": "#2ca02c", "cascade_ba": "#d62728",
     "cascade_aa": "#9467bd", "moa": "#8c564b",
 }  # fmt: skip
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+# Twelve distinct colours, so a sweep of every paper row (up to 12 variants) repeats none.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+           "#393b79", "#7f7f7f", "#aec7e8")  # fmt: skip
 
 
 @dataclass

@@ -88,6 +88,7 @@ class RunResult:
     beta_wrong_given_alpha_wrong_start: float = math.nan
     beta_wrong_given_alpha_wrong_end: float = math.nan
     curve: list[tuple[int, float, float]] = field(default_factory=list)
+    hard_curve: list[tuple[int, float, float]] = field(default_factory=list)  # the same, on the hard split
     policy: str = ""  # the evaluator key of the deployed policy (``cascade_ab``, ``alpha``, ``base``…)
     # split → question → (correct, tokens) of the deployed policy at the last evaluation
     outcomes: dict[str, dict[str, tuple[bool, int]]] = field(default_factory=dict)
@@ -122,6 +123,11 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
             sum(_float(r, "train/draft/length") + _float(r, "train/challenge/length") for r in steps)
             * per_length
         )
+    hard_curve = {
+        int(r["step"]): (_float(r, f"val/hard/{key}/pass@1"), _optional(r, f"val/hard/{key}/length"))
+        for r in evals
+        if r.get(f"val/hard/{key}/pass@1")
+    }
     final = curve[int(evals[-1]["step"])]  # the last evaluation: after the last step
     first, last = evals[0], evals[-1]
     return RunResult(
@@ -130,7 +136,8 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
         _optional(last, f"val/hard/{key}/pass@1"), _optional(last, f"val/hard/{key}/length"),
         **{name: _optional(last, metric.format(key=key)) for name, metric in FINAL_METRICS.items()},
         **{name: _optional(first, metric) for name, metric in FIRST_METRICS.items()},
-        curve=[(step, *curve[step]) for step in sorted(curve)], outcomes=read_outcomes(logs[-1].parent, key),
+        curve=[(step, *curve[step]) for step in sorted(curve)],
+        hard_curve=[(step, *hard_curve[step]) for step in sorted(hard_curve)], outcomes=read_outcomes(logs[-1].parent, key),
         policy=resolve_key(logs[-1].parent, key),
     )  # fmt: skip
 
@@ -231,7 +238,7 @@ def length_lines(results: Sequence[RunResult]) -> list[str]:
 def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str] = ()) -> None:
     """``results.csv`` (one row per run), ``results.md`` (mean ± std per variant) and the plots."""
     out.mkdir(parents=True, exist_ok=True)
-    columns = [f for f in RunResult.__dataclass_fields__ if f not in ("curve", "outcomes")]
+    columns = [f for f in RunResult.__dataclass_fields__ if f not in ("curve", "hard_curve", "outcomes")]
     with (out / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -279,48 +286,42 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
 def plot_curves(by_variant: dict[str, list[RunResult]], out: Path) -> None:
     """``pass_at_1.png`` and ``length.png``: the deployed policy of each variant, a panel per split.
 
-    The held-out panel is the mean over seeds against step (± std shaded); the hard split is
-    evaluated in every run but only its last value is kept, so its panel shows that one point
-    (± std over seeds). One colour per variant in both panels and files, dashed where the
-    variant deploys a cascade, ``agon`` thick; evaluation-only variants are horizontal lines.
+    Each panel is the mean over seeds against step (± std shaded), the hard split's as the
+    held-out one's. One colour per variant in both panels and files, dashed where the variant
+    deploys a cascade, ``agon`` thick; evaluation-only variants are horizontal lines.
     """
     from agon_lightning.experiments.plots import Panel, Series, colours, draw, is_cascade
 
     palette = colours(list(by_variant))
-    for index, name, stat, label in [
-        (1, "pass_at_1.png", "hard_pass_at_1", "pass@1 (greedy)"),
-        (2, "length.png", "hard_length", "completion tokens"),
+    for index, name, label in [
+        (1, "pass_at_1.png", "pass@1 (greedy)"),
+        (2, "length.png", "completion tokens"),
     ]:
-        main, hard = Panel("held-out", label), Panel("hard split (last evaluation)", label)
+        main, hard = Panel("held-out", label), Panel("hard split", label)
         for variant, rs in by_variant.items():
-            by_step: dict[int, list[float]] = {}
-            for r in rs:
-                for point in r.curve:
-                    by_step.setdefault(point[0], []).append(point[index])
-            steps = sorted(by_step)
-            stats = [mean_std(by_step[s]) for s in steps]
             # Dashed where the run deployed a cascade (as its own outcomes name it), solid for one policy.
             dashed = any(is_cascade(r.policy) for r in rs)
-            style = dict(colour=palette[variant], dashed=dashed, emphasised=variant == "agon")
-            main.series.append(
-                Series(
-                    variant,
-                    steps,
-                    [m for m, _ in stats],
-                    std=[0.0 if math.isnan(s) else s for _, s in stats],
-                    level=variant in EVAL_ONLY,
-                    **style,
-                )  # fmt: skip
+            style = dict(
+                colour=palette[variant],
+                dashed=dashed,
+                emphasised=variant == "agon",
+                level=variant in EVAL_ONLY,
             )
-            mean, std = mean_std([getattr(r, stat) for r in rs])
-            if not math.isnan(mean) and steps:
-                hard.series.append(
+            for panel, curves in ((main, [r.curve for r in rs]), (hard, [r.hard_curve for r in rs])):
+                by_step: dict[int, list[float]] = {}
+                for curve in curves:
+                    for point in curve:
+                        by_step.setdefault(point[0], []).append(point[index])
+                if not by_step:
+                    continue
+                steps = sorted(by_step)
+                stats = [mean_std(by_step[s]) for s in steps]
+                panel.series.append(
                     Series(
                         variant,
-                        [steps[-1]],
-                        [mean],
-                        std=[0.0 if math.isnan(std) else std],
-                        level=variant in EVAL_ONLY,
+                        steps,
+                        [m for m, _ in stats],
+                        std=[0.0 if math.isnan(d) else d for _, d in stats],
                         **style,
                     )  # fmt: skip
                 )
