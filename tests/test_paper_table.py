@@ -91,6 +91,10 @@ def test_pooled_cells_give_the_clopper_pearson_interval_over_seeds_and_problems(
     assert pass_cell(results, "agon").startswith(
         f"{100 * k / n:.1f} [{100 * low:.1f}, {100 * high:.1f}] (2 × 100)"
     )
+    # The seeds' range counts the same problems as the pooled value (the logged pass@1 here is 0.5 for every run).
+    per_seed = [sum(ok for ok, _ in r.outcomes[""].values()) / 100 for r in results if r.variant == "agon"]
+    assert pass_cell(results, "agon").endswith(f"; seeds {100 * min(per_seed):.1f}–{100 * max(per_seed):.1f}")
+    assert min(per_seed) <= k / n <= max(per_seed)
     assert pass_cell(results, "margin") == "—"
     table = (tmp_path / "paper_table.md").read_text()
     agon = next(line for line in table.splitlines() if line.startswith("| Agon (competition + exchange) |"))

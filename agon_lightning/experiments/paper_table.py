@@ -83,7 +83,10 @@ def pass_cell(results: Sequence[RunResult], variant: str, split: str = "") -> st
         return "—"
     low, high = clopper_pearson(k, n)
     text = f"{100 * k / n:.1f} [{100 * low:.1f}, {100 * high:.1f}] ({seeds} × {n // seeds})"
-    values = [r.pass_at_1 if not split else r.hard_pass_at_1 for r in results if r.variant == variant]
+    # Each seed's pass@1 on the same distinct problems the pooled value counts (a run's logged
+    # pass@1 weighs a problem drawn twice twice, so it need not lie around the pooled value).
+    cells = [c for c in (r.outcomes.get(split, {}) for r in results if r.variant == variant) if c]
+    values = [sum(ok for ok, _ in c.values()) / len(c) for c in cells]
     if seeds > 1:
         text += f"; seeds {100 * min(values):.1f}–{100 * max(values):.1f}"
     return text
