@@ -277,6 +277,9 @@ def test_paired_comparisons_come_from_each_runs_outcomes(tmp_path):
     mean, low, high = (float(v) for v in re.findall(r"[+-]\d\.\d+", line)[:3])
     assert 0 < low < mean < high and "(2 seeds × 120)" in line
     assert compare(results, "agon", "grpo", "hard") is None  # no hard split in these runs
+    # A trained variant with fewer seeds pairs on its own seeds only (only an untrained one stands for every seed).
+    one_seed = [r for r in results if not (r.variant == "agon" and r.seed == 1)]
+    assert compare(one_seed, "agon", "grpo", "").endswith("(1 seeds × 120)")
 
 
 def test_moa_is_the_base_twice_and_never_the_deployed_policy():

@@ -185,7 +185,7 @@ def paired(results: Sequence[RunResult], variant: str, reference: str, split: st
     theirs = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == reference}
     if not ours or not theirs:
         return None
-    if len(ours) == 1 and len(theirs) > 1:  # an evaluation-only variant: one seed stands for all
+    if variant in EVAL_ONLY and len(ours) == 1 and len(theirs) > 1:  # untrained: one seed stands for all
         ours = dict.fromkeys(theirs, next(iter(ours.values())))
     seeds = sorted(ours.keys() & theirs.keys())
     questions = sorted(set.intersection(*(set(ours[s]) & set(theirs[s]) for s in seeds))) if seeds else []
