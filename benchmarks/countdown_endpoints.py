@@ -19,7 +19,6 @@ import argparse
 import csv
 import json
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,9 +73,14 @@ class Difference:
 
 def p50_curve(run_dir: Path, key: str = "deployed", split: str = "") -> dict[int, float]:
     """step → the p50 completion length of the answering stage of ``key`` at that evaluation."""
-    logs = sorted(run_dir.glob("lightning_logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name[8:]))
+    from agon_lightning.experiments.sweep_report import latest_metrics
+
     column = f"val/{split + '/' if split else ''}{key}/length/p50"
-    return {int(r["step"]): float(r[column]) for r in csv.DictReader(logs[-1].open()) if r.get(column)}
+    return {
+        int(r["step"]): float(r[column])
+        for r in csv.DictReader(latest_metrics(run_dir).open())
+        if r.get(column)
+    }
 
 
 def load(out: Path):
@@ -118,8 +122,10 @@ def differences(results) -> list[Difference]:
 
 
 def mean(values: Sequence[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return statistics.fmean(values) if values else math.nan
+    """The mean of the values that are not ``nan`` (``nan`` when none is)."""
+    from agon_lightning.experiments.sweep_report import mean_std
+
+    return mean_std(values)[0]
 
 
 def lengths(results, dirs) -> dict[str, dict]:

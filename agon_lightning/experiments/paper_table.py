@@ -69,10 +69,16 @@ EXTRAS = (("GRPO with N (half the rollouts)", "grpo_n"), ("competition, per-roll
           ("self-play (one adapter, Agon's reward)", "self_play"))  # fmt: skip
 
 
+def seed_outcomes(
+    results: Sequence[RunResult], variant: str, split: str = ""
+) -> list[dict[str, tuple[bool, int]]]:
+    """``variant``'s final outcomes on ``split``, one ``{question: (correct, tokens)}`` per seed that has them."""
+    return [c for c in (r.outcomes.get(split, {}) for r in results if r.variant == variant) if c]
+
+
 def pooled(results: Sequence[RunResult], variant: str, split: str = "") -> tuple[int, int, int]:
     """``(right answers, answers, seeds)`` of ``variant``'s final evaluations on ``split``, over all seeds."""
-    cells = [r.outcomes.get(split, {}) for r in results if r.variant == variant]
-    cells = [c for c in cells if c]
+    cells = seed_outcomes(results, variant, split)
     return sum(ok for c in cells for ok, _ in c.values()), sum(len(c) for c in cells), len(cells)
 
 
@@ -85,8 +91,7 @@ def pass_cell(results: Sequence[RunResult], variant: str, split: str = "") -> st
     text = f"{100 * k / n:.1f} [{100 * low:.1f}, {100 * high:.1f}] ({seeds} × {n // seeds})"
     # Each seed's pass@1 on the same distinct problems the pooled value counts (a run's logged
     # pass@1 weighs a problem drawn twice twice, so it need not lie around the pooled value).
-    cells = [c for c in (r.outcomes.get(split, {}) for r in results if r.variant == variant) if c]
-    values = [sum(ok for ok, _ in c.values()) / len(c) for c in cells]
+    values = [sum(ok for ok, _ in c.values()) / len(c) for c in seed_outcomes(results, variant, split)]
     if seeds > 1:
         text += f"; seeds {100 * min(values):.1f}–{100 * max(values):.1f}"
     return text

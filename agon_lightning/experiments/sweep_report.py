@@ -102,22 +102,28 @@ def _optional(row: dict[str, str], key: str) -> float:
     return float(row[key]) if row.get(key) else math.nan
 
 
-def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) -> RunResult:
-    """Read a finished run's ``metrics.csv`` (latest version) and ``config.yaml``."""
+def latest_metrics(directory: Path) -> Path:
+    """A run's ``metrics.csv`` of its latest ``lightning_logs/version_*`` (a resumed run logs a new one)."""
     logs = sorted(
         directory.glob("lightning_logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name[8:])
     )
     if not logs:
         raise FileNotFoundError(f"no lightning_logs/version_*/metrics.csv under {directory}")
-    rows = list(csv.DictReader(logs[-1].open()))
+    return logs[-1]
+
+
+def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) -> RunResult:
+    """Read a finished run's ``metrics.csv`` (latest version) and ``config.yaml``."""
+    metrics = latest_metrics(directory)
+    rows = list(csv.DictReader(metrics.open()))
     evals = [r for r in rows if r.get(f"val/{key}/pass@1")]
     if not evals:
-        raise ValueError(f"{logs[-1]} has no val/{key}/pass@1: did the run evaluate?")
+        raise ValueError(f"{metrics} has no val/{key}/pass@1: did the run evaluate?")
     curve = {int(r["step"]): (_float(r, f"val/{key}/pass@1"), _float(r, f"val/{key}/length")) for r in evals}
     steps = [r for r in rows if r.get("train/draft/length")]
     tokens = 0
     if steps:  # rollouts per step: P problems × N drafts (+ N challenges)
-        config = yaml.safe_load((logs[-1].parent / "config.yaml").read_text())
+        config = yaml.safe_load((metrics.parent / "config.yaml").read_text())
         per_length = config["model"]["grpo"]["num_generations"] * config["data"]["init_args"]["batch_size"]
         tokens = round(
             sum(_float(r, "train/draft/length") + _float(r, "train/challenge/length") for r in steps)
@@ -137,8 +143,8 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
         **{name: _optional(last, metric.format(key=key)) for name, metric in FINAL_METRICS.items()},
         **{name: _optional(first, metric) for name, metric in FIRST_METRICS.items()},
         curve=[(step, *curve[step]) for step in sorted(curve)],
-        hard_curve=[(step, *hard_curve[step]) for step in sorted(hard_curve)], outcomes=read_outcomes(logs[-1].parent, key),
-        policy=resolve_key(logs[-1].parent, key),
+        hard_curve=[(step, *hard_curve[step]) for step in sorted(hard_curve)], outcomes=read_outcomes(metrics.parent, key),
+        policy=resolve_key(metrics.parent, key),
     )  # fmt: skip
 
 
