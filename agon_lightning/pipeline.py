@@ -114,6 +114,8 @@ class CascadeResult:
             "truncated": {"draft": s.draft_truncated, "final": s.final_truncated},
             "verdict": None if self.verdict is None else asdict(self.verdict),
         }
+        if self.problem.messages is not None:  # a conversational problem: the whole prompt
+            record["messages"] = self.problem.messages
         if len(self.samples) > 1:
             record["votes"] = self.votes
             record["samples"] = [asdict(x) for x in self.samples]
@@ -186,7 +188,7 @@ def solve_batch(
         group = samples[j * k : (j + 1) * k]
         chosen, votes = majority_vote([s.extracted for s in group])
         results.append(CascadeResult(problem, drafter, answerer, group, chosen, votes))
-    graded = [r for r in results if r.problem.answer is not None]
+    graded = [r for r in results if player.verifier.grades(r.problem)]
     verdicts = verify_each(player.verifier, [r.final.final for r in graded], [r.problem for r in graded])
     for result, verdict in zip(graded, verdicts):
         result.verdict = verdict

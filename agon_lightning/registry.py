@@ -9,14 +9,16 @@ package that declares, e.g.::
 is selectable exactly like a built-in: ``--model.verifier=LeanVerifier`` or
 ``class_path: LeanVerifier`` in YAML (jsonargparse resolves a short class name among the
 imported subclasses of the argument's type). On the command line the entry-point name works
-too (``--model.verifier=lean``, ``--model.rollout=vllm``): :func:`resolve_component_names`
-turns it into the class path before the parser sees it.
+too (``--model.verifier=lean``, ``--model.rollout=vllm``, ``--data=files``):
+:func:`resolve_component_names` turns it into the class path before the parser sees it. Data
+modules register under ``agon_lightning.data`` (the group is named after the ``--data`` option).
 """
 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.formats import FormatCheck
 from agon_lightning.rewards import Reward
 from agon_lightning.rollout.base import Rollout
@@ -29,6 +31,7 @@ GROUPS: dict[str, type] = {
     "agon_lightning.summarizers": Summarizer,
     "agon_lightning.rewards": Reward,
     "agon_lightning.formats": FormatCheck,
+    "agon_lightning.data": ProblemDataModule,
 }
 
 
@@ -58,8 +61,9 @@ def load_plugins() -> dict[str, dict[str, type]]:
 
 
 def group_for_option(name: str) -> str | None:
-    """The entry-point group of a component option: ``verifier`` → ``agon_lightning.verifiers``."""
-    return next((group for group in GROUPS if group.rsplit(".", 1)[1] == f"{name}s"), None)
+    """The entry-point group of a component option: ``verifier`` → ``agon_lightning.verifiers``,
+    ``data`` → ``agon_lightning.data``."""
+    return next((group for group in GROUPS if group.rsplit(".", 1)[1] in (f"{name}s", name)), None)
 
 
 def available_names(group: str) -> list[str]:
@@ -84,7 +88,7 @@ def resolve_component_names(argv: list[str]) -> list[str]:
         if not arg.startswith("--"):
             continue
         key, eq, value = arg.partition("=")
-        option = key.removesuffix(".class_path").rsplit(".", 1)[-1]
+        option = key[2:].removesuffix(".class_path").rsplit(".", 1)[-1]  # --data: "data"
         group = group_for_option(option)
         if group is None:
             continue

@@ -44,11 +44,14 @@ class RoleOutcome:
         correct: ``[B]`` 0/1 verdicts.
         lengths: ``[B]`` completion tokens.
         texts: The ``B`` completions (what a format check reads).
+        graded: ``[B]`` the verifier's graded reward (``Verdict.reward``: the reward functions'
+            weighted sum; NaN where none applies), or ``None`` for a verifier without one.
     """
 
     correct: Tensor
     lengths: Tensor
     texts: Sequence[str]
+    graded: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not (len(self.correct) == len(self.lengths) == len(self.texts)):
@@ -59,7 +62,14 @@ class RoleOutcome:
 
     def select(self, rows: Tensor) -> RoleOutcome:
         """The outcome of rows ``rows`` (an index tensor; rows may repeat)."""
-        return RoleOutcome(self.correct[rows], self.lengths[rows], [self.texts[int(i)] for i in rows])
+        graded = None if self.graded is None else self.graded[rows]
+        return RoleOutcome(self.correct[rows], self.lengths[rows], [self.texts[int(i)] for i in rows], graded)
+
+    def paid(self) -> Tensor:
+        """``[B]`` R: the graded reward where there is one (0 where no function applies), else c."""
+        if self.graded is None:
+            return self.correct.float()
+        return torch.nan_to_num(self.graded.float(), nan=0.0)
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,13 @@ class RoleRewards:
 
 
 class Reward(ABC):
-    """Maps one step's :class:`Outcomes` to both roles' rewards."""
+    """Maps one step's :class:`Outcomes` to both roles' rewards.
+
+    ``pays_graded`` says whether the component pays a verifier's graded reward
+    (``RoleOutcome.graded``); one that pays only c is refused beside a graded verifier.
+    """
+
+    pays_graded: bool = False
 
     @abstractmethod
     def __call__(self, outcomes: Outcomes) -> RoleRewards:
@@ -228,3 +244,52 @@ class CorrectnessReward(CompetitiveReward):
         format: FormatCheck | None = lazy_instance(ThinkAnswerFormat),
     ) -> None:
         super().__init__(correctness_weight, 0.0, 0.0, format_weight, format)
+
+
+class GradedReward(Reward):
+    """The reward functions' weighted sum as GRPO's reward, and Agon's bonus on top for the challenger.
+
+    With a :class:`~agon_lightning.verifiers.reward_function.RewardFunctionVerifier`, R is TRL's
+    reward: the weighted sum of the functions that apply (0 where none applies, as TRL's nansum
+    of nothing); with any other verifier, R = c. Correctness c (the verifier's ``correct_if``
+    rule) drives only the competitive terms:
+
+    - drafter: ``R(a)``;
+    - challenger: ``R(b) + λ·K(a, b) + τ·[c(a) ∧ c(b) ∧ len(b) < len(a)]``, K the conversion bonus
+      ``c(b)·(1 − c(a))`` or the margin ``c(b) − c(a)``.
+
+    Args:
+        conversion_bonus: λ. The default 0.5 keeps the paper's ratio λ/w_c = 1/2 against a 0/1
+            accuracy function at weight 1 (the paper: w_c = 2, λ = 1).
+        length_tiebreak: τ, paid when both are right and the challenger is shorter.
+        form: ``bonus`` (the paper's Agon) or ``margin`` (its reward-form ablation).
+    """
+
+    pays_graded = True
+
+    def __init__(
+        self,
+        conversion_bonus: float = 0.5,
+        length_tiebreak: float = 0.0,
+        form: Literal["bonus", "margin"] = "bonus",
+    ) -> None:
+        for name, value in [("conversion_bonus", conversion_bonus), ("length_tiebreak", length_tiebreak)]:
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+        self.conversion_bonus = conversion_bonus
+        self.length_tiebreak = length_tiebreak
+        self.form = form
+
+    def __call__(self, outcomes: Outcomes) -> RoleRewards:
+        rewards = RoleRewards(draft=outcomes.draft.paid())
+        c = outcomes.challenge
+        if c is None:
+            return rewards
+        a = outcomes.paired_draft
+        k = competitive_term(c.correct, a.correct, self.form)
+        tie = tiebreak_term(c.correct, a.correct, c.lengths, a.lengths)
+        rewards.challenge = c.paid() + self.conversion_bonus * k + self.length_tiebreak * tie
+        rewards.terms.update({"challenge/competitive": k, "challenge/tiebreak": tie})
+        return rewards

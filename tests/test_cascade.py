@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import CSVLogger
 from agon_lightning.adapters import fast_lora
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.cli import main
-from agon_lightning.data.files import write_problems
+from agon_lightning.data.files import load_problems, write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.deploy.bundle import canonical_base, save_bundle
 from agon_lightning.deploy.cascade import Cascade
@@ -133,7 +133,7 @@ data:
 def test_greedy_outputs_do_not_depend_on_batching(fitted):
     _, bundle, heldout, _ = fitted
     cascade = Cascade.from_pretrained(bundle)
-    questions = [json.loads(line)["question"] for line in heldout.read_text().splitlines()]
+    questions = [p.question for p in load_problems(str(heldout))]
     one_by_one = [r.final.final for r in cascade.solve(questions, batch_size=1)]
     assert [r.final.final for r in cascade.solve(questions, batch_size=VAL_SIZE)] == one_by_one
     assert len(set(one_by_one)) > 1
@@ -141,7 +141,7 @@ def test_greedy_outputs_do_not_depend_on_batching(fitted):
 
 def test_greedy_outputs_of_every_policy_and_cascade_unchanged_by_the_fast_path(fitted):
     module, _, heldout, _ = fitted
-    problems = [Problem(**json.loads(line)) for line in heldout.read_text().splitlines()]
+    problems = load_problems(str(heldout))
     prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
 
     def outputs():
@@ -293,13 +293,14 @@ def test_api_takes_mappings_like_problems_or_names_what_it_takes(fitted):
     cascade = Cascade.from_pretrained(bundle)
     row = {"question": "12+30=", "answer": 42, "metadata": {"source": "test"}, "id": 7}
     (from_mapping,) = cascade.solve([row])
-    (from_problem,) = cascade.solve([Problem("12+30=", "42", {"source": "test", "id": 7})])
+    metadata = {"answer": 42, "metadata": {"source": "test"}, "id": 7, "source": "test"}  # every column, verbatim
+    (from_problem,) = cascade.solve([Problem("12+30=", "42", metadata)])
     assert from_mapping.problem == from_problem.problem
     assert from_mapping.to_dict() == from_problem.to_dict() and from_mapping.verdict is not None
-    accepted = r"a Problem, a question string, or a mapping with 'question'"
+    accepted = r"a Problem, a question string, or a mapping with 'prompt' or 'question'"
     with pytest.raises(TypeError, match=rf"problem 1 is a int; each problem must be {accepted}"):
         cascade.solve(["1+1=", 3])
     with pytest.raises(TypeError, match=rf"problems must be a list, each {accepted}.*got a single dict"):
         cascade.solve({"question": "1+1="})
-    with pytest.raises(ValueError, match=r"problem 0: no 'question' field \(the row has \['prompt'\]\)"):
-        cascade.solve([{"prompt": "1+1="}])
+    with pytest.raises(ValueError, match=r"problem 0: no 'prompt' or 'question' column \(the row has \['text'\]\)"):
+        cascade.solve([{"text": "1+1="}])

@@ -25,21 +25,31 @@ def write_jsonl(path: Path, lines: list[str]) -> Path:
     return path
 
 
-def test_columns_are_configurable_and_the_rest_goes_to_metadata(tmp_path):
+def test_columns_are_configurable_and_every_other_column_goes_to_metadata(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", [
-        json.dumps({"problem": "1+1?", "solution": 2, "meta": {"task": "add"}, "id": "a"}),
+        json.dumps({"problem": "1+1?", "solution": 2, "meta": {"task": "add", "id": "not me"}, "id": "a"}),
         json.dumps({"problem": "Name it.", "meta": None, "id": "b"}),
     ])  # fmt: skip
     fields = ProblemFields(question="problem", answer="solution", metadata="meta")
-    assert load_problems(str(path), fields) == [
-        Problem("1+1?", "2", {"task": "add", "id": "a"}),
-        Problem("Name it.", None, {"id": "b"}),
+    assert load_problems(str(path), fields) == [  # the answer's and the object's columns kept verbatim too
+        Problem("1+1?", "2", {"solution": 2, "meta": {"task": "add", "id": "not me"}, "id": "a", "task": "add"}),
+        Problem("Name it.", None, {"meta": None, "id": "b"}),
     ]
 
 
-def test_written_problems_read_back_identically(tmp_path):
-    problems = [Problem("1+1?", "2", {"task": "add", "entry": {"n": [1, 1]}}), Problem("open?", None, {})]
-    assert load_problems(str(write_problems(problems, tmp_path / "out" / "p.jsonl"))) == problems
+def test_written_problems_read_back_with_their_question_answer_and_metadata(tmp_path):
+    problems = [
+        Problem("1+1?", "2", {"task": "add", "entry": {"n": [1, 1]}}),
+        Problem("open?", None, {"solution": "not the gold answer"}),
+        Problem.from_messages([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}], "4"),
+    ]
+    back = load_problems(str(write_problems(problems, tmp_path / "out" / "p.jsonl")))
+    assert back == [
+        Problem("1+1?", "2", {"task": "add", "entry": {"n": [1, 1]}, "answer": "2"}),
+        Problem("open?", None, {"solution": "not the gold answer", "answer": None}),
+        Problem("2+2?", "4", {"answer": "4"}, problems[2].messages),
+    ]
+    assert load_problems(str(write_problems(back, tmp_path / "again.jsonl"))) == back  # stable
 
 
 def test_bad_rows_are_named_by_file_and_line_and_the_others_survive(tmp_path):
@@ -49,7 +59,7 @@ def test_bad_rows_are_named_by_file_and_line_and_the_others_survive(tmp_path):
         "",
         json.dumps({"question": "   ", "answer": "3"}),
         json.dumps(["a", "list"]),
-        json.dumps({"prompt": "wrong column"}),
+        json.dumps({"text": "wrong column"}),
         json.dumps({"question": "ok 2", "metadata": "not an object"}),
         json.dumps({"question": "ok 3"}),
     ])  # fmt: skip
@@ -61,7 +71,8 @@ def test_bad_rows_are_named_by_file_and_line_and_the_others_survive(tmp_path):
     assert errors[1:] == [
         f"{path}:4: empty question in field 'question'",
         f"{path}:5: expected a JSON object, got list",
-        f"{path}:6: no 'question' field (the row has ['prompt']); set the question field",
+        f"{path}:6: no 'prompt' or 'question' column (the row has ['text']); set the question field "
+        "(fields.question) to the column holding the prompt",
         f"{path}:7: field 'metadata' must be an object, got str",
     ]
     with pytest.raises(ValueError, match=r"5 of 7 rows of .* are bad:\n  .*p.jsonl:2: not valid JSON"):
@@ -77,7 +88,7 @@ def test_parquet_json_array_and_folders_read_the_same_problems(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(rows))
     from_parquet = read_problem_rows(str(tmp_path / "a.parquet"))
     assert [r.location for r in from_parquet] == [f"{tmp_path / 'a.parquet'} row {n}" for n in (1, 2, 3)]
-    expected = [Problem(f"q{i}", str(i)) for i in range(3)]
+    expected = [Problem(f"q{i}", str(i), {"answer": str(i)}) for i in range(3)]
     assert [r.problem for r in from_parquet] == expected
     assert load_problems(str(tmp_path / "b.json")) == expected
     assert load_problems(str(tmp_path)) == expected + expected  # a folder: files in name order
@@ -95,7 +106,8 @@ def test_hub_dataset_id_goes_through_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     rows = read_problem_rows("org/set", ProblemFields(answer="final_answer"), split="test", subset="main")
     assert calls == [("org/set", "main", "test")]
-    assert rows[0].problem == Problem("hub q", "7") and rows[0].location == "org/set[test] row 1"
+    assert rows[0].problem == Problem("hub q", "7", {"final_answer": "7"})
+    assert rows[0].location == "org/set[test] row 1"
     with pytest.raises(FileNotFoundError, match=r"'nobody/nothing' is neither a local file .* offline"):
         read_problem_rows("nobody/nothing")
 
@@ -140,4 +152,4 @@ def test_data_module_is_selectable_from_the_cli(tmp_path, tiny_model_dir):
     ], run=False)  # fmt: skip
     assert isinstance(cli.datamodule, FileProblemDataModule)
     assert len(cli.datamodule.train_problems) == 4 and len(cli.datamodule.val_problems) == 2
-    assert all(p.question.startswith("q") and p.metadata == {} for p in cli.datamodule.train_problems)
+    assert all(p.question.startswith("q") and set(p.metadata) == {"answer"} for p in cli.datamodule.train_problems)

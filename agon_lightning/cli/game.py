@@ -13,7 +13,8 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from agon_lightning.callbacks import AgonCheckpoint
+from agon_lightning.callbacks import AgonCheckpoint, standard_callbacks
+from agon_lightning.callbacks.defaults import STANDARD_NAMES
 from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.cli.commands import COMMANDS
 from agon_lightning.data.base import ProblemDataModule
@@ -54,10 +55,27 @@ class AgonCLI(BaseCLI):
         )
         super().__init__(*args, **kwargs)
 
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        super().add_arguments_to_parser(parser)
+        parser.add_argument(
+            "--skip_callbacks",
+            type=list[str],
+            default=[],
+            help=f"standard callbacks to leave out of a fit (every fit gets {', '.join(STANDARD_NAMES)}; "
+            "one listed in trainer.callbacks replaces the standard one of its class)",
+        )
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
+        if self.subcommand in (None, "fit"):  # a training run: the standard callbacks, once each
+            configured = list(trainer_config.get("callbacks") or [])
+            skip = self._get(self.config, "skip_callbacks", default=None) or []
+            try:
+                kwargs["callbacks"] = configured + standard_callbacks(configured, skip)
+            except ValueError as err:
+                raise UsageError(f"--{err}") from err
         return super().instantiate_trainer(**kwargs)
 
     def require_last_checkpoint(self) -> None:

@@ -1,28 +1,37 @@
-"""Problems from a JSONL, JSON or Parquet file, a folder or glob of them, or a Hub dataset id.
+"""Problems from a JSONL, JSON, Parquet or Arrow file, a folder or glob of them, a ``datasets``
+``save_to_disk`` folder, or a Hub dataset id.
 
-Any dataset with a question column and (optionally) a gold-answer column becomes a list of
-:class:`Problem`; which column is which is configurable, since every dataset names them
-differently (``question``/``answer``, ``problem``/``solution``, ``prompt``/``final_answer``).
+TRL's dataset format reads as it is: a ``prompt`` column, either a string or a list of chat
+messages (TRL's *conversational* format, built into the prompt through the chat template), and
+any other columns, each passed on under its own name in ``Problem.metadata`` — reward functions
+read them there, as TRL passes every column to them. Other layouts name their columns in
+:class:`ProblemFields` (``problem``/``solution``, ``question``/``final_answer``).
 
 Rows come from :mod:`agon_lightning.data.reader`; each bad row (malformed JSON, an empty question, a missing
-column) becomes a :class:`ProblemRow` carrying an error that names the file and the line.
-Prediction writes an error record for such a row and goes on with the others; training
-(:class:`FileProblemDataModule`) refuses the file and lists what is wrong, because silently
-training on part of a file is worse than stopping.
+column, messages that are not chat messages) becomes a :class:`ProblemRow` carrying an error
+that names the file and the line. Prediction writes an error record for such a row and goes on
+with the others; training (:class:`FileProblemDataModule`) refuses the file and lists what is
+wrong, because silently training on part of a file is worse than stopping.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_info
+
 from agon_lightning.data.base import SplitSourceDataModule, split_holdout
-from agon_lightning.data.reader import iter_rows
+from agon_lightning.data.reader import RawRow, iter_rows
 from agon_lightning.types import Problem
 
 MAX_LISTED_ERRORS = 10
+# The automatic choices, in order: TRL's prompt column first.
+QUESTION_COLUMNS = ("prompt", "question")
+ANSWER_COLUMNS = ("answer", "solution")
 
 
 @dataclass
@@ -30,21 +39,66 @@ class ProblemFields:
     """Which columns of a row make a :class:`Problem`.
 
     Attributes:
-        question: Column holding the problem statement (required, non-empty).
-        answer: Column holding the gold answer (``None``: the data has no gold answers). A
-            row without it, or with a null, has no gold answer; numbers become strings.
-        metadata: Column holding a JSON object merged into ``Problem.metadata`` (what a
-            verifier needs: tests, a reasoning-gym entry). Every other column is copied into
-            the metadata as well, under its own name.
+        question: Column holding the prompt: a string, or a list of chat messages
+            (``{"role", "content"}``; the question is then the last user message's content).
+            ``None`` (default): ``prompt`` when the row has it (TRL's name), else ``question``.
+        answer: Column holding the gold answer, which the built-in verifiers compare with.
+            ``None`` (default): ``answer`` when the row has it, else ``solution`` (the column
+            TRL's ``accuracy_reward`` reads), else no gold answer. ``""``: no gold answer. A
+            null becomes ``None``, anything else its string.
+        metadata: Column holding a JSON object whose keys are added to ``Problem.metadata``
+            (what a verifier needs: tests, a reasoning-gym entry); a column of the row with the
+            same name wins. ``None``: no such column.
+
+    Every column of the row but the prompt's is in ``Problem.metadata`` under its own name,
+    verbatim, the answer's and the metadata object's included.
     """
 
-    question: str = "question"
-    answer: str | None = "answer"
+    question: str | None = None
+    answer: str | None = None
     metadata: str | None = "metadata"
 
     def __post_init__(self) -> None:
-        if not self.question:
-            raise ValueError("fields.question must name a column, got an empty string")
+        if self.question == "":
+            raise ValueError(
+                f"fields.question must name a column, or be null to choose one of {QUESTION_COLUMNS}; "
+                "got an empty string"
+            )
+
+    def question_column(self, row: Mapping[str, Any]) -> str:
+        """The column the question is read from in ``row``.
+
+        Raises:
+            ValueError: the column is not in the row (the message lists the row's columns).
+        """
+        if self.question is not None:
+            if self.question not in row:
+                raise ValueError(
+                    f"no {self.question!r} field (the row has {sorted(row)}); set the question field"
+                )
+            return self.question
+        found = next((name for name in QUESTION_COLUMNS if name in row), None)
+        if found is None:
+            raise ValueError(
+                f"no 'prompt' or 'question' column (the row has {sorted(row)}); set the question field "
+                "(fields.question) to the column holding the prompt"
+            )
+        return found
+
+    def answer_column(self, row: Mapping[str, Any]) -> str | None:
+        """The column the gold answer is read from in ``row`` (``None``: no gold answer)."""
+        if self.answer is not None:
+            return self.answer or None
+        return next((name for name in ANSWER_COLUMNS if name in row), None)
+
+    def describe(self, row: Mapping[str, Any]) -> str:
+        """Which column became what, for a log line: ``question from 'prompt' (chat messages), ...``."""
+        question = self.question_column(row)
+        kind = "chat messages" if isinstance(row[question], list) else "text"
+        answer = self.answer_column(row)
+        gold = f"gold answer from {answer!r}" if answer else "no gold answer"
+        rest = sorted(k for k in row if k != question)
+        return f"question from {question!r} ({kind}), {gold}; every other column in the metadata: {rest}"
 
 
 @dataclass
@@ -53,7 +107,7 @@ class ProblemRow:
 
     Attributes:
         index: 0-based position among the rows of the source (blank lines do not count).
-        location: ``FILE:LINE`` for JSON lines, ``FILE row N`` for Parquet and Hub rows.
+        location: ``FILE:LINE`` for JSON lines, ``FILE row N`` for Parquet, Arrow and Hub rows.
         problem: The problem; ``None`` when the row is bad.
         error: What is wrong with the row, prefixed with its location; ``None`` when fine.
     """
@@ -64,34 +118,62 @@ class ProblemRow:
     error: str | None = None
 
 
-def row_to_problem(row: Any, fields: ProblemFields) -> Problem:
-    """A :class:`Problem` from a row dict.
+def row_to_problem(row: Any, fields: ProblemFields | None = None) -> Problem:
+    """A :class:`Problem` from a row dict (see :class:`ProblemFields` for which column is what).
 
     Raises:
-        ValueError: the row is not an object, lacks the question, or has an empty one.
+        ValueError: the row is not an object, lacks the question, has an empty one, or a list
+            there that is not chat messages with a user message.
     """
-    if not isinstance(row, dict):
+    fields = fields or ProblemFields()
+    if not isinstance(row, Mapping):
         raise ValueError(f"expected a JSON object, got {type(row).__name__}")
-    if fields.question not in row:
-        raise ValueError(f"no {fields.question!r} field (the row has {sorted(row)}); set the question field")
-    question = row[fields.question]
-    if not isinstance(question, str):
-        raise ValueError(f"field {fields.question!r} must be a string, got {type(question).__name__}")
-    if not question.strip():
-        raise ValueError(f"empty question in field {fields.question!r}")
-    answer = row.get(fields.answer) if fields.answer else None
-    metadata: dict[str, Any] = {}
-    if fields.metadata and row.get(fields.metadata) is not None:
-        if not isinstance(row[fields.metadata], dict):
-            raise ValueError(
-                f"field {fields.metadata!r} must be an object, got {type(row[fields.metadata]).__name__}"
-            )
-        metadata.update(row[fields.metadata])
-    used = {fields.question, fields.answer, fields.metadata}
-    for key, value in row.items():
-        if key not in used:
+    column = fields.question_column(row)
+    prompt, messages = row[column], None
+    if isinstance(prompt, list):
+        try:
+            problem = Problem.from_messages(prompt)
+        except ValueError as err:
+            raise ValueError(f"field {column!r}: {err}") from err
+        prompt, messages = problem.question, problem.messages
+    elif not isinstance(prompt, str):
+        raise ValueError(
+            f"field {column!r} must be a string or a list of chat messages, got {type(prompt).__name__}"
+        )
+    if not prompt.strip():
+        where = "the last user message of field" if messages is not None else "field"
+        raise ValueError(f"empty question in {where} {column!r}")
+    answer_column = fields.answer_column(row)
+    answer = row.get(answer_column) if answer_column else None
+    metadata = {key: value for key, value in row.items() if key != column}
+    merged = row.get(fields.metadata) if fields.metadata else None
+    if merged is not None:
+        if not isinstance(merged, Mapping):
+            raise ValueError(f"field {fields.metadata!r} must be an object, got {type(merged).__name__}")
+        for key, value in merged.items():
             metadata.setdefault(key, value)
-    return Problem(question=question, answer=None if answer is None else str(answer), metadata=metadata)
+    return Problem(prompt, None if answer is None else str(answer), metadata, messages)
+
+
+def problem_rows(rows: Iterable[RawRow], fields: ProblemFields | None = None) -> list[ProblemRow]:
+    """Each raw row (``(location, row, error)``, as :mod:`~agon_lightning.data.reader` gives them)
+    with its problem or its error. Which column became what is said once, in the run's log, for the
+    first good row (where the automatic choices were made)."""
+    fields = fields or ProblemFields()
+    out: list[ProblemRow] = []
+    described = False
+    for index, (location, raw, error) in enumerate(rows):
+        if error is None:
+            try:
+                out.append(ProblemRow(index, location, problem=row_to_problem(raw, fields)))
+                if not described:
+                    rank_zero_info(f"{location}: {fields.describe(raw)}")
+                    described = True
+                continue
+            except ValueError as err:
+                error = str(err)
+        out.append(ProblemRow(index, location, error=f"{location}: {error}"))
+    return out
 
 
 def read_problem_rows(
@@ -100,47 +182,61 @@ def read_problem_rows(
     """Every row of ``source`` in order, each with its problem or its error.
 
     Args:
-        source: A ``.jsonl``/``.ndjson``/``.json``/``.parquet`` file, a folder of them (read in
-            name order), a glob, or a Hub dataset id.
-        fields: Column names (defaults: ``question``, ``answer``, ``metadata``).
-        split: Split of a Hub dataset.
+        source: A ``.jsonl``/``.ndjson``/``.json``/``.parquet``/``.arrow`` file, a folder of
+            them (read in name order), a glob, a ``datasets`` ``save_to_disk`` folder, or a Hub
+            dataset id.
+        fields: Column names (default: :class:`ProblemFields`' automatic choices).
+        split: Split of a Hub dataset or a saved ``DatasetDict``.
         subset: Configuration name of a Hub dataset (e.g. ``"main"`` for GSM8K).
 
     Raises:
         FileNotFoundError: ``source`` is no file, folder or loadable Hub dataset.
     """
-    fields = fields or ProblemFields()
-    rows = []
-    for index, (location, raw, error) in enumerate(iter_rows(source, split, subset)):
-        if error is None:
-            try:
-                rows.append(ProblemRow(index, location, problem=row_to_problem(raw, fields)))
-                continue
-            except ValueError as err:
-                error = str(err)
-        rows.append(ProblemRow(index, location, error=f"{location}: {error}"))
-    return rows
+    return problem_rows(iter_rows(source, split, subset), fields)
+
+
+def problems_of(rows: list[ProblemRow], what: str) -> list[Problem]:
+    """The problems of ``rows``; any bad row is an error.
+
+    Raises:
+        ValueError: some rows are bad (the first few are listed with their file and line).
+    """
+    errors = [r.error for r in rows if r.error is not None]
+    if errors:
+        listed = "\n  ".join(errors[:MAX_LISTED_ERRORS])
+        more = f"\n  … and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
+        raise ValueError(f"{len(errors)} of {len(rows)} rows of {what} are bad:\n  {listed}{more}")
+    return [r.problem for r in rows if r.problem is not None]
 
 
 def load_problems(
     source: str, fields: ProblemFields | None = None, split: str = "train", subset: str | None = None
 ) -> list[Problem]:
-    """All problems of ``source``; any bad row is an error.
+    """All problems of ``source`` (see :func:`read_problem_rows`); any bad row is an error.
 
     Raises:
         ValueError: some rows are bad (the first few are listed with their file and line).
     """
-    rows = read_problem_rows(source, fields, split, subset)
-    errors = [r.error for r in rows if r.error is not None]
-    if errors:
-        listed = "\n  ".join(errors[:MAX_LISTED_ERRORS])
-        more = f"\n  … and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
-        raise ValueError(f"{len(errors)} of {len(rows)} rows of {source!r} are bad:\n  {listed}{more}")
-    return [r.problem for r in rows if r.problem is not None]
+    return problems_of(read_problem_rows(source, fields, split, subset), repr(source))
+
+
+def problem_to_row(problem: Problem) -> dict[str, Any]:
+    """A row that :func:`row_to_problem` reads back, with the default fields, as the same question,
+    messages and answer, and metadata holding the same keys (plus ``answer`` when written).
+
+    The prompt goes under ``prompt`` (the messages, or the question) and each metadata key is
+    a column; ``answer`` is written when there is one, or when a null one is needed to keep a
+    metadata column (``solution``) from being read as the answer.
+    """
+    row: dict[str, Any] = {"prompt": problem.question if problem.messages is None else problem.messages}
+    row.update((k, v) for k, v in problem.metadata.items() if k != "prompt")
+    if problem.answer is not None or any(name in row for name in ANSWER_COLUMNS):
+        row["answer"] = problem.answer
+    return row
 
 
 def write_problems(problems: list[Problem], path: str | Path) -> Path:
-    """Write problems as JSON lines that :func:`load_problems` reads back with the default fields.
+    """Write problems as JSON lines (:func:`problem_to_row`) that :func:`load_problems` reads back.
 
     Handy for freezing a data module's held-out set (``dm.val_problems``) for ``agon predict``.
     """
@@ -148,22 +244,25 @@ def write_problems(problems: list[Problem], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for p in problems:
-            f.write(json.dumps({"question": p.question, "answer": p.answer, "metadata": p.metadata}) + "\n")
+            f.write(json.dumps(problem_to_row(p)) + "\n")
     return path
 
 
 class FileProblemDataModule(SplitSourceDataModule):
-    """Problems from files or a Hub dataset, with configurable column names.
+    """Problems from files, a saved dataset or a Hub dataset; TRL's format as it is, other layouts
+    through ``fields``. Selectable as ``--data=files`` (or ``--data=FileProblemDataModule``).
 
     Args:
-        train_source: Training problems: a file, a folder of files, or a Hub dataset id.
+        train_source: Training problems: a ``.jsonl``/``.json``/``.parquet``/``.arrow`` file, a
+            folder or glob of them, a ``datasets`` ``save_to_disk`` folder, or a Hub dataset id.
         val_source: Held-out problems from another source; ``None`` splits ``val_size``
             problems off the training source instead.
         val_size: Held-out problems split off ``train_source`` when ``val_source`` is ``None``.
-        split: Hub split of ``train_source``.
-        val_split: Hub split of ``val_source`` (``None``: the same as ``split``).
+        split: Split of ``train_source`` (a Hub dataset or a saved ``DatasetDict``).
+        val_split: Split of ``val_source`` (``None``: the same as ``split``).
         subset: Hub configuration name, for both sources.
-        fields: Column names.
+        fields: Which column is the prompt, the gold answer and a metadata object (default:
+            ``prompt`` else ``question``; ``answer`` else ``solution``; ``metadata``).
         split_seed: Seed of the held-out split.
         batch_size: Problems per training step (P).
         val_batch_size: Problems per validation (and prediction) batch.
@@ -205,7 +304,8 @@ class FileProblemDataModule(SplitSourceDataModule):
     def load_splits(self) -> tuple[list[Problem], list[Problem]]:
         problems = load_problems(self.train_source, self.fields, self.split, self.subset)
         if self.val_source is None:
-            return split_holdout(problems, self.val_size, self.split_seed)
-        return problems, load_problems(
-            self.val_source, self.fields, self.val_split or self.split, self.subset
-        )
+            problems, val = split_holdout(problems, self.val_size, self.split_seed)
+        else:
+            val = load_problems(self.val_source, self.fields, self.val_split or self.split, self.subset)
+        rank_zero_info(f"FileProblemDataModule: {len(problems)} training and {len(val)} held-out problems")
+        return problems, val

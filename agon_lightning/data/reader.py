@@ -1,4 +1,5 @@
-"""Rows of a problem source: a JSON-lines, JSON or Parquet file, a folder or glob of them, or a Hub id.
+"""Rows of a problem source: a JSON-lines, JSON, Parquet or Arrow file, a folder or glob of them, a
+``datasets`` ``save_to_disk`` folder, or a Hub id.
 
 One reader serves every data module; each module keeps only its schema (which columns it reads,
 what a row becomes) and its filters. ``columns`` reads only those columns: Parquet and Hub
@@ -6,7 +7,11 @@ datasets never load the others (DeepMath's R1 solutions are most of its bytes), 
 keeps only those keys (absent ones as ``None``).
 
 A missing local file is an error, never a download: only a source that looks like a Hub id
-(``name`` or ``owner/name``) and is not a local path goes to ``datasets.load_dataset``.
+(``name`` or ``owner/name``, starting with a letter or digit, without a file suffix) and is not
+a local path goes to ``datasets.load_dataset``; ``./data``, ``/abs/path``, ``~/x``, ``a/b/c`` and
+``x.arrow`` are local, found or not. A folder holding ``state.json`` (a saved ``Dataset``) or
+``dataset_dict.json`` (a saved ``DatasetDict``, read at ``split``) is read by
+``datasets.load_from_disk``, as is any in-memory ``datasets`` object through :func:`dataset_rows`.
 :func:`iter_rows` hands each row over with its location (``FILE:LINE``, ``FILE row N``) and,
 for a line that is not JSON, why it could not be read, so that a caller can report every bad
 row; :func:`read_rows` refuses the source at its first bad row instead.
@@ -17,13 +22,15 @@ from __future__ import annotations
 import glob
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
-FILE_SUFFIXES = (*JSON_SUFFIXES, ".parquet")
-HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
+FILE_SUFFIXES = (*JSON_SUFFIXES, ".parquet", ".arrow")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)?")
+SAVED_MARKERS = ("state.json", "dataset_dict.json")  # what datasets' save_to_disk writes in its folder
+EVAL_SPLITS = ("validation", "test")
 RawRow = tuple[str, Any, str | None]  # (location, row, why it could not be read)
 
 
@@ -44,14 +51,19 @@ def load_hub(
         return datasets.load_dataset(source, split=split, columns=list(columns), **named)
     except Exception as err:
         raise FileNotFoundError(
-            f"{source!r} is neither a local file or folder (expected one of {FILE_SUFFIXES}) "
-            f"nor a loadable Hub dataset (split {split!r}): {err}"
+            f"{source!r} is neither a local file or folder (expected one of {FILE_SUFFIXES}, or a "
+            f"datasets save_to_disk folder) nor a loadable Hub dataset (split {split!r}): {err}"
         ) from err
 
 
+def is_saved_dataset(path: Path) -> bool:
+    """Whether ``path`` is a folder written by ``datasets``' ``save_to_disk``."""
+    return path.is_dir() and any((path / marker).is_file() for marker in SAVED_MARKERS)
+
+
 def local_files(source: str, suffixes: Sequence[str] = FILE_SUFFIXES) -> list[Path] | None:
-    """The files ``source`` names (a file, a folder's files or a glob's, in name order), or
-    ``None`` when ``source`` is a Hub id.
+    """The files ``source`` names (a file, a folder's files or a glob's, in name order; a
+    ``save_to_disk`` folder as itself), or ``None`` when ``source`` is a Hub id.
 
     Raises:
         FileNotFoundError: nothing local matches and ``source`` is no Hub id.
@@ -59,10 +71,15 @@ def local_files(source: str, suffixes: Sequence[str] = FILE_SUFFIXES) -> list[Pa
     """
     wanted = "/".join(suffixes)
     path = Path(source).expanduser()
+    if is_saved_dataset(path):
+        return [path]
     if path.is_dir():
         files = sorted(f for f in path.iterdir() if f.suffix in suffixes)
         if not files:
-            raise FileNotFoundError(f"folder {source!r} holds no {wanted} files")
+            raise FileNotFoundError(
+                f"folder {source!r} holds no {wanted} files, nor is it a datasets save_to_disk folder "
+                f"(one of {SAVED_MARKERS} in it)"
+            )
         return files
     if path.is_file():
         if path.suffix not in suffixes:
@@ -73,9 +90,39 @@ def local_files(source: str, suffixes: Sequence[str] = FILE_SUFFIXES) -> list[Pa
     files = sorted(Path(f) for f in glob.glob(str(path)) if Path(f).suffix in suffixes)
     if files:
         return files
-    if glob.has_magic(source) or not HUB_ID.fullmatch(source):
+    if glob.has_magic(source) or not HUB_ID.fullmatch(source) or Path(source).suffix in FILE_SUFFIXES:
         raise FileNotFoundError(f"no {wanted} files at {source!r}, nor is it a Hub dataset id")
     return None
+
+
+def pick_split(splits: Any, split: str | None, what: str, fallback: Sequence[str] = ()) -> tuple[str, Any]:
+    """``(name, dataset)`` of ``split`` in a ``DatasetDict`` (or any mapping of splits), else of
+    the first of ``fallback`` it holds.
+
+    Raises:
+        ValueError: none of them is there (the message lists the splits there are).
+    """
+    for name in (split, *fallback):
+        if name is not None and name in splits:
+            return name, splits[name]
+    wanted = " or ".join(repr(n) for n in (split, *fallback) if n is not None)
+    raise ValueError(f"{what} has no {wanted} split (its splits: {sorted(splits)}); name one with split")
+
+
+def dataset_rows(
+    dataset: Any, where: str, split: str = "train", columns: Sequence[str] | None = None
+) -> Iterator[RawRow]:
+    """The rows of a ``datasets`` object (a ``DatasetDict`` at ``split``) as ``(location, row, None)``.
+
+    Locations read ``WHERE[SPLIT] row N`` (``WHERE row N`` for a single dataset).
+    """
+    if isinstance(dataset, Mapping):
+        split, dataset = pick_split(dataset, split, where)
+        where = f"{where}[{split}]"
+    if columns is not None:
+        dataset = dataset.select_columns(list(columns))
+    for n, row in enumerate(dataset, start=1):
+        yield f"{where} row {n}", row, None
 
 
 def _json_rows(path: Path) -> Iterator[RawRow]:
@@ -99,6 +146,25 @@ def _json_rows(path: Path) -> Iterator[RawRow]:
             yield f"{path}:{lineno}", None, f"not valid JSON ({err.msg} at column {err.colno})"
 
 
+def _arrow_rows(path: Path, columns: Sequence[str] | None) -> Iterator[RawRow]:
+    """The rows of an Arrow IPC file: the stream format ``datasets`` writes, or the file format."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:
+                table = pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                table = pa.ipc.open_file(source).read_all()
+        if columns is not None:
+            table = table.select(list(columns))
+    except Exception as err:  # pyarrow's errors do not name the file
+        raise ValueError(f"{path} is not a readable Arrow file: {err}") from err
+    for n, row in enumerate(table.to_pylist(), start=1):
+        yield f"{path} row {n}", row, None
+
+
 def _parquet_rows(path: Path, columns: Sequence[str] | None) -> Iterator[RawRow]:
     import pyarrow.parquet as pq
 
@@ -120,8 +186,9 @@ def iter_rows(
     """Every row of ``source`` in order as ``(location, row, error)``; blank lines are no rows.
 
     Args:
-        source: A file, a folder of files (read in name order), a glob, or a Hub dataset id.
-        split: Split of a Hub dataset.
+        source: A file, a folder of files (read in name order), a glob, a ``save_to_disk``
+            folder, or a Hub dataset id.
+        split: Split of a Hub dataset or a saved ``DatasetDict``.
         subset: Configuration name of a Hub dataset (e.g. ``"main"`` for GSM8K).
         columns: Read only these columns (``None``: all).
         suffixes: Which local files count as problem files.
@@ -132,8 +199,13 @@ def iter_rows(
             yield f"{source}[{split}] row {n}", row, None
         return
     for file in files:
-        if file.suffix == ".parquet":
-            yield from _parquet_rows(file, columns)
+        if file.is_dir():
+            import datasets
+
+            yield from dataset_rows(datasets.load_from_disk(str(file)), str(file), split, columns)
+            continue
+        if file.suffix in (".parquet", ".arrow"):
+            yield from (_parquet_rows if file.suffix == ".parquet" else _arrow_rows)(file, columns)
             continue
         for location, row, error in _json_rows(file):
             if columns is not None and isinstance(row, dict):

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from agon_lightning.adapters.policy import sample_with
-from agon_lightning.data.files import ProblemFields, row_to_problem
+from agon_lightning.data.files import row_to_problem
 from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
 from agon_lightning.pipeline import CascadeResult, CascadeSample, solve_batch
 from agon_lightning.prompts import Prompts
@@ -59,16 +59,18 @@ def rollout_for_backend(spec: dict[str, Any], backend: str | None) -> Rollout:
 def as_problems(problems: Sequence[Problem | str | Mapping[str, Any]]) -> list[Problem]:
     """:meth:`Cascade.solve`'s input as problems: each a Problem, a question, or a mapping.
 
-    A mapping is read like a row of a problem file (``question``, ``answer``, ``metadata``;
-    other keys go into the metadata), by :func:`~agon_lightning.data.files.row_to_problem`.
+    A mapping is read like a row of a problem file (``prompt`` or ``question``, as text or chat
+    messages; ``answer`` or ``solution``; every other key into the metadata), by
+    :func:`~agon_lightning.data.files.row_to_problem`.
 
     Raises:
         TypeError: ``problems`` is one problem rather than a sequence, or an item is of
             another kind (the message names its position and what is accepted).
-        ValueError: a mapping without a non-empty string ``question``.
+        ValueError: a mapping without a non-empty prompt (``prompt`` or ``question``).
     """
     accepted = (
-        "a Problem, a question string, or a mapping with 'question' (and optionally 'answer', 'metadata')"
+        "a Problem, a question string, or a mapping with 'prompt' or 'question' (and optionally 'answer', "
+        "other columns)"
     )
     if isinstance(problems, (str, Mapping, Problem)):
         raise TypeError(f"problems must be a list, each {accepted}; got a single {type(problems).__name__}")
@@ -80,7 +82,7 @@ def as_problems(problems: Sequence[Problem | str | Mapping[str, Any]]) -> list[P
             items.append(Problem(question=item))
         elif isinstance(item, Mapping):
             try:
-                items.append(row_to_problem(dict(item), ProblemFields()))
+                items.append(row_to_problem(item))
             except ValueError as err:
                 raise ValueError(f"problem {i}: {err}") from err
         else:

@@ -208,8 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--k", type=int, default=1, help="passes per problem: 1 = greedy, >1 = sampled + majority vote"
     )
     parser.add_argument("--batch-size", type=int, default=8, help="problems per batch")
-    parser.add_argument("--question-field", default="question")
-    parser.add_argument("--answer-field", default="answer", help="gold answer column ('' = none)")
+    parser.add_argument(
+        "--question-field",
+        default=None,
+        help="prompt column, text or chat messages (default: prompt, else question)",
+    )
+    parser.add_argument(
+        "--answer-field", default=None, help="gold answer column (default: answer, else solution; '' = none)"
+    )
     parser.add_argument(
         "--metadata-field", default="metadata", help="JSON-object column merged into the metadata"
     )
@@ -238,7 +244,7 @@ def predict_main(argv: list[str] | None = None) -> None:
         AgonCLI(args=["predict", *argv])
         return
     args = build_parser().parse_args(argv)
-    fields = ProblemFields(args.question_field, args.answer_field or None, args.metadata_field or None)
+    fields = ProblemFields(args.question_field, args.answer_field, args.metadata_field or None)
     summary = predict_file(
         args.bundle,
         args.input,

@@ -44,6 +44,7 @@ from agon_lightning.adapters.policy import (
     using,
 )
 from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.names import ALPHA
 from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
@@ -255,6 +256,12 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
+        if getattr(verifier, "graded", False) and not reward.pays_graded:
+            raise ValueError(
+                f"the verifier ({type(verifier).__name__}) grades with several reward functions or weights, "
+                f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
+                "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
+            )
         if rollout.max_staleness and grpo.tis_cap is None:
             raise ValueError(
                 f"rollout.max_staleness={rollout.max_staleness} trains on drafts sampled one adapter version "
@@ -334,10 +341,21 @@ class AgonModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
+        self._check_problems(stage)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
         if isinstance(config, dict) and self.max_grad_norm is not None:
             config.setdefault("gradient_clipping", self.max_grad_norm)
+
+    def _check_problems(self, stage: str) -> None:
+        """The verifier's start-time check (a reward function's column missing, say) on the data to be read."""
+        data = getattr(self.trainer, "datamodule", None)
+        if not isinstance(data, ProblemDataModule):
+            return
+        if stage == "fit":
+            self.verifier.check_problems(data.train_problems, "the training problems")
+        if stage in ("fit", "validate", "test"):
+            self.verifier.check_problems(data.val_problems, "the held-out problems")
 
     def configure_optimizers(self) -> Any:
         self._bind_adapters()  # runs after the strategy has sharded the model
@@ -386,7 +404,9 @@ class AgonModule(L.LightningModule):
         drafts, version = self._drafts(problems, drafter)
         grouped = [p for p in problems for _ in range(n)]
         draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
-        draft = RoleOutcome(_correct(draft_verdicts), drafts.lengths.cpu(), drafts.texts)
+        draft = RoleOutcome(
+            _correct(draft_verdicts), drafts.lengths.cpu(), drafts.texts, _graded(draft_verdicts)
+        )
         record = StepRecord(
             self.agon_step, problems,
             RoleRollout(drafter, drafts, draft_verdicts, draft.correct, versions=_rows_of(version, len(drafts))),
@@ -403,7 +423,12 @@ class AgonModule(L.LightningModule):
         challenge_verdicts = self.verifier.verify_batch(challenges.texts, grouped)
         outcomes = Outcomes(
             draft,
-            RoleOutcome(_correct(challenge_verdicts), challenges.lengths.cpu(), challenges.texts),
+            RoleOutcome(
+                _correct(challenge_verdicts),
+                challenges.lengths.cpu(),
+                challenges.texts,
+                _graded(challenge_verdicts),
+            ),
             None if self.pairing == "per_rollout" else draft.select(rows),
         )
         rewards = self.reward(outcomes)
@@ -836,6 +861,31 @@ def _correct(verdicts: list[Verdict]) -> Tensor:
     return torch.tensor([v.correct for v in verdicts], dtype=torch.float32)
 
 
+def _graded(verdicts: list[Verdict]) -> Tensor | None:
+    """``[B]`` each verdict's graded reward (NaN where none applies); ``None`` when no verdict has one."""
+    if not any(v.rewards for v in verdicts):
+        return None
+    return torch.tensor([math.nan if v.reward is None else v.reward for v in verdicts], dtype=torch.float32)
+
+
+def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
+    """``{prefix}<name>/mean`` and ``/std`` of each reward function's values, as TRL logs them.
+
+    Values that are ``None`` (the function does not apply) are left out; a function that applied
+    to no row has no entry.
+    """
+    out: dict[str, float] = {}
+    names = dict.fromkeys(name for v in verdicts for name in v.rewards)
+    for name in names:
+        values = torch.tensor(
+            [x for v in verdicts if (x := v.rewards.get(name)) is not None], dtype=torch.float64
+        )
+        if values.numel():
+            out[f"{prefix}{name}/mean"] = float(values.mean())
+            out[f"{prefix}{name}/std"] = float(values.std(unbiased=False))
+    return out
+
+
 def _mean(values: Tensor) -> float:
     return float(values.float().mean()) if values.numel() else 0.0
 
@@ -850,10 +900,12 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
         "train/draft/length": _mean(d.rollouts.lengths),
         "train/draft/truncation_rate": _mean(d.rollouts.truncated),
         **record.reward_terms,
+        **function_metrics("reward/", d.verdicts),
     }
     c = record.challenge
     if c is None:
         return metrics
+    metrics.update(function_metrics("challenge_reward/", c.verdicts))
     metrics.update({
         "train/challenge/reward": _mean(c.rewards),
         "train/challenge/accuracy": _mean(c.correct),

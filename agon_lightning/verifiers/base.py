@@ -27,3 +27,15 @@ class Verifier(ABC):
                 f"completions and {len(problems)} problems"
             )
         return [self.verify(c, p) for c, p in zip(completions, problems)]
+
+    def grades(self, problem: Problem) -> bool:
+        """Whether this verifier can judge ``problem`` at deployment (default: it has a gold answer)."""
+        return problem.answer is not None
+
+    def check_problems(self, problems: Sequence[Problem], where: str = "the training problems") -> None:
+        """Refuse, before training, problems this verifier could only judge wrong (default: no check).
+
+        Raises:
+            ValueError: what is missing, named (a verifier reading columns names the column).
+        """
+        return None  # a verifier that reads only the answer and the text has nothing to check

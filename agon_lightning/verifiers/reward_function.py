@@ -1,29 +1,35 @@
-"""A TRL-style reward function as a verifier: ``f(prompts, completions, **columns) -> list[float]``.
+"""TRL reward functions as a verifier: ``f(prompts, completions, **columns) -> list[float | None]``.
 
-TRL's ``GRPOTrainer`` calls each reward function on a batch with the prompts, the completions
-and every other dataset column as a keyword list; this verifier calls the same function the
-same way, so a reward written for TRL plugs in unchanged, chosen from YAML by import path::
+TRL's ``GRPOTrainer`` calls each of its ``reward_funcs`` once per batch with the prompts, the
+completions and every other dataset column as a keyword list, and sums their values with
+``reward_weights``; this verifier makes the same calls, so rewards written for TRL plug in
+unchanged, chosen from YAML by import path::
 
     verifier:
-      class_path: agon_lightning.verifiers.reward_function.RewardFunctionVerifier
-      init_args: {function: my_pkg.rewards.accuracy, threshold: 1.0, answer_column: solution}
+      class_path: agon_lightning.verifiers.reward_function.RewardFunctionVerifier   # or: reward_function
+      init_args:
+        reward_funcs: [my_pkg.rewards.accuracy, my_pkg.rewards.format]
+        reward_weights: [1.0, 0.5]
+        correct_if: accuracy      # c = accuracy >= threshold: what the conversion bonus reads
+    reward: graded              # pays the weighted sum (GradedReward)
 
-How our :class:`~agon_lightning.types.Problem` maps onto TRL's columns: ``prompts`` are the
-questions (``Problem.question``, before any template), ``completions`` the model's texts;
-``Problem.answer`` is passed under ``answer_column`` (``answer`` by default; TRL's own
-``accuracy_reward`` reads ``solution``), and each key of ``Problem.metadata`` as a column of its
-own (``None`` in the rows that lack it). With ``conversational: true`` prompts and completions
-come in TRL's conversational format (``[{"role": "user", "content": …}]`` and
-``[{"role": "assistant", "content": …}]``). A verifier judges text, so ``completion_ids``,
-``trainer_state``, ``log_extra`` and ``log_metric`` are not passed: a function that requires one
-by name is refused when the verifier is built. ``async def`` functions (and callable objects
-with an async ``__call__``) are awaited.
+What the functions receive: ``prompts`` as the dataset holds them (chat messages for a
+conversational prompt, ``Problem.messages``; the text otherwise), ``completions`` as TRL passes
+them (``[{"role": "assistant", "content": …}]`` for a conversational prompt, the text otherwise),
+and every column of the row (``Problem.metadata``) under its own name, ``None`` in rows that lack
+it; ``Problem.answer`` goes under ``answer_column`` in rows with no such column. A verifier judges
+text, so ``completion_ids``, ``trainer_state``, ``log_extra`` and ``log_metric`` are not passed: a
+function that requires one is refused when the verifier is built. ``async def`` functions (and
+callable objects with an async ``__call__``) are awaited.
 
-The game needs 0/1 correctness: a reward ``>= threshold`` is correct. The reward itself is
-kept in :attr:`Verdict.score`, rescaled from ``score_range`` to [0, 1] (clipped), for reward
-components that use scores. ``None`` (TRL's "does not apply") or NaN is wrong, reason
-``no_reward``. A function that raises on some rows marks those rows wrong (the error logged and
+What comes back: ``None`` (TRL's "does not apply") or NaN drops out of the weighted sum, as TRL's
+nansum; each value is kept by function name in :attr:`Verdict.rewards` and the sum in
+:attr:`Verdict.reward`. The game needs 0/1 correctness c, read from one rule: the ``correct_if``
+value (a function's, or ``total``) ``>= threshold``; ``None`` there is wrong (reason
+``no_reward``). A function that raises on some rows marks those rows wrong (the error logged and
 named in the reason); one that raises on every row of a batch is a bug, and the error is raised.
+A function needing a column the data lacks, or holds only as ``None``, is refused when training
+starts (:meth:`RewardFunctionVerifier.check_problems`): never a silent 0.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from agon_lightning.verifiers.base import Verifier
 log = logging.getLogger(__name__)
 
 NOT_PASSED = ("completion_ids", "trainer_state", "log_extra", "log_metric", "environments")
+TOTAL = "total"  # correct_if: the weighted sum decides c
 
 
 def import_function(path: str) -> Callable[..., Any]:
@@ -82,51 +89,94 @@ def call_reward(fn: Callable[..., Any], **kwargs: Any) -> Any:
 
 
 class RewardFunctionVerifier(Verifier):
-    """Correct where a TRL-style reward function's reward reaches ``threshold``.
+    """TRL reward functions as a verifier: each called once per batch, their weighted sum kept.
 
     Args:
-        function: Import path of the reward function (or, from Python, the callable itself).
-        threshold: Smallest reward counted as correct.
-        score_range: ``(low, high)`` of the function's rewards, mapped onto ``Verdict.score``'s [0, 1].
-        answer_column: Keyword under which ``Problem.answer`` is passed.
-        conversational: Pass prompts and completions as TRL's conversational messages.
+        reward_funcs: One reward function or a list (TRL's ``reward_funcs``): import paths or, from
+            Python, the callables themselves.
+        reward_weights: One weight per function (TRL's ``reward_weights``; default 1 each).
+        correct_if: Which value decides the game's 0/1 correctness c: a function's name (default:
+            the first function's) or ``total`` for the weighted sum.
+        threshold: c = 1 where that value is ``>= threshold``; a ``None`` value is wrong.
+        score_range: ``(low, high)`` of the ``correct_if`` value, mapped onto ``Verdict.score``'s [0, 1].
+        answer_column: Keyword under which ``Problem.answer`` is passed, in the rows whose metadata has
+            no column of that name (a real column is never replaced).
+        conversational: Pass prompts and completions as TRL's chat messages; ``None`` (default):
+            for the problems whose prompt is chat messages (``Problem.messages``), as TRL does.
+        function: The older name of ``reward_funcs`` for one function (bundles written before keep it).
     """
 
     def __init__(
         self,
-        function: str | Callable[..., Any],
+        reward_funcs: str | Callable[..., Any] | Sequence[str | Callable[..., Any]] | None = None,
+        reward_weights: Sequence[float] | None = None,
+        correct_if: str | None = None,
         threshold: float = 1.0,
         score_range: tuple[float, float] = (0.0, 1.0),
         answer_column: str = "answer",
-        conversational: bool = False,
+        conversational: bool | None = None,
+        function: str | Callable[..., Any] | None = None,
     ) -> None:
+        if (reward_funcs is None) == (function is None):
+            raise ValueError(
+                "give reward_funcs (one reward function or a list: import paths or callables); "
+                f"function is its older name for one, not both (got reward_funcs={reward_funcs!r}, "
+                f"function={function!r})"
+            )
+        given = function if reward_funcs is None else reward_funcs
+        funcs = [given] if isinstance(given, str) or callable(given) else list(given)
+        if not funcs:
+            raise ValueError("reward_funcs is empty: give at least one reward function")
+        weights = [1.0] * len(funcs) if reward_weights is None else [float(w) for w in reward_weights]
+        if len(weights) != len(funcs):
+            raise ValueError(
+                f"reward_weights has {len(weights)} values for {len(funcs)} reward functions; give one per function"
+            )
         low, high = score_range
         if not low < high:
             raise ValueError(f"score_range must be (low, high) with low < high, got {score_range!r}")
         if not answer_column.isidentifier():
             raise ValueError(f"answer_column must be a keyword name, got {answer_column!r}")
-        fn = import_function(function) if isinstance(function, str) else function
-        if not callable(fn):
-            raise ValueError(f"function must be an import path or a callable, got {function!r}")
-        self._check_signature(fn)
-        self._fn = fn
-        # What the bundle records: an import path, so a deployed bundle rebuilds the same verifier.
-        self.function = function if isinstance(function, str) else _path_of(fn)
+        self._fns: list[Callable[..., Any]] = []
+        for f in funcs:
+            fn = import_function(f) if isinstance(f, str) else f
+            if not callable(fn):
+                raise ValueError(f"a reward function must be an import path or a callable, got {f!r}")
+            self._check_signature(fn)
+            self._fns.append(fn)
+        self._names = unique_names([_name_of(fn) for fn in self._fns])
+        if correct_if is not None and correct_if not in (*self._names, TOTAL):
+            raise ValueError(f"correct_if must be one of {[*self._names, TOTAL]}, got {correct_if!r}")
+        # What the bundle records: import paths, so a deployed bundle rebuilds the same verifier.
+        self.reward_funcs = [f if isinstance(f, str) else _path_of(fn) for f, fn in zip(funcs, self._fns)]
+        self.reward_weights = weights
+        self.correct_if = correct_if or self._names[0]
         self.threshold = float(threshold)
         self.score_range = (float(low), float(high))
         self.answer_column = answer_column
         self.conversational = conversational
 
+    @property
+    def names(self) -> list[str]:
+        """Each function's name, as its values are logged (``reward/<name>/mean``) and kept in ``Verdict.rewards``."""
+        return list(self._names)
+
+    @property
+    def function(self) -> str:
+        """The first function's import path (the single function of older configs)."""
+        return self.reward_funcs[0]
+
+    @property
+    def graded(self) -> bool:
+        """Whether the reward is more than 0/1 correctness: several functions, or a weight other than 1."""
+        return len(self._fns) > 1 or self.reward_weights != [1.0]
+
+    def grades(self, problem: Problem) -> bool:
+        return True  # the functions read the problem's columns; no gold answer is needed
+
     @staticmethod
     def _check_signature(fn: Callable[..., Any]) -> None:
-        try:
-            params = inspect.signature(fn).parameters.values()
-        except (TypeError, ValueError):  # a builtin without a signature: nothing to check
-            return
-        needed = [
-            p.name for p in params if p.name in NOT_PASSED and p.default is inspect.Parameter.empty
-            and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-        ]  # fmt: skip
+        needed = [n for n in required_keywords(fn) if n in NOT_PASSED]
         if needed:
             raise ValueError(
                 f"reward function {_path_of(fn)} requires {needed}, which a verifier cannot pass (it judges "
@@ -134,45 +184,71 @@ class RewardFunctionVerifier(Verifier):
             )
 
     def columns(self, problems: Sequence[Problem]) -> dict[str, list[Any]]:
-        """The keyword lists the function receives besides ``prompts`` and ``completions``."""
-        out: dict[str, list[Any]] = {self.answer_column: [p.answer for p in problems]}
-        keys = dict.fromkeys(k for p in problems for k in p.metadata)
-        for key in keys:
-            if key in out or key in ("prompts", "completions"):
-                continue
-            out[key] = [p.metadata.get(key) for p in problems]
+        """The keyword lists the functions receive besides ``prompts`` and ``completions``.
+
+        Every metadata column under its own name (``None`` in the rows that lack it), and
+        ``Problem.answer`` under ``answer_column`` in the rows that have no such column.
+        """
+        keys = dict.fromkeys(k for p in problems for k in p.metadata if k not in ("prompts", "completions"))
+        out: dict[str, list[Any]] = {key: [p.metadata.get(key) for p in problems] for key in keys}
+        col = self.answer_column
+        out[col] = [p.metadata[col] if col in p.metadata else p.answer for p in problems]
         return out
 
-    def rewards(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[Any]:
-        """One reward per completion from one call of the function (TRL's batch call)."""
-        prompts: list[Any] = [p.question for p in problems]
-        texts: list[Any] = list(completions)
-        if self.conversational:
-            prompts = [[{"role": "user", "content": q}] for q in prompts]
-            texts = [[{"role": "assistant", "content": c}] for c in texts]
-        out = call_reward(self._fn, prompts=prompts, completions=texts, **self.columns(problems))
-        if not isinstance(out, Sequence) or isinstance(out, str) or len(out) != len(texts):
-            got = (
-                f"{len(out)} values" if isinstance(out, Sequence) and not isinstance(out, str) else repr(out)
-            )
-            raise ValueError(
-                f"reward function {self.function} must return one reward per completion: {len(texts)} expected, "
-                f"got {got}"
-            )
-        return list(out)
+    def _is_conversational(self, problems: Sequence[Problem]) -> list[bool]:
+        if self.conversational is not None:
+            return [self.conversational] * len(problems)
+        return [getattr(p, "messages", None) is not None for p in problems]
 
-    def verdict(self, reward: Any) -> Verdict:
-        """A reward as a verdict: correct at ``threshold``, the score rescaled to [0, 1]."""
-        if reward is None or (isinstance(reward, float) and math.isnan(reward)):
-            return Verdict(correct=False, score=0.0, reason="no_reward")
+    def rewards(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[list[Any]]:
+        """``[function][row]``: each function's rewards, from one call per function (TRL's batch call)."""
+        chat = self._is_conversational(problems)
+        prompts: list[Any] = [
+            (getattr(p, "messages", None) or [{"role": "user", "content": p.question}]) if c else p.question
+            for p, c in zip(problems, chat)
+        ]
+        texts: list[Any] = [
+            [{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)
+        ]
+        columns = self.columns(problems)
+        out = []
+        for fn, path in zip(self._fns, self.reward_funcs):
+            values = call_reward(fn, prompts=prompts, completions=texts, **columns)
+            if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != len(texts):
+                got = (
+                    f"{len(values)} values"
+                    if isinstance(values, Sequence) and not isinstance(values, str)
+                    else repr(values)
+                )
+                raise ValueError(
+                    f"reward function {path} must return one reward per completion: {len(texts)} expected, got {got}"
+                )
+            out.append([self._number(v, path) for v in values])
+        return out
+
+    @staticmethod
+    def _number(value: Any, path: str) -> float | None:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
         try:
-            value = float(reward)
+            return float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"reward function {self.function} returned {reward!r}, not a number") from None
+            raise ValueError(f"reward function {path} returned {value!r}, not a number or None") from None
+
+    def verdict(self, values: Sequence[float | None]) -> Verdict:
+        """One completion's function values as a verdict: the weighted sum, and c by ``correct_if``."""
+        named = dict(zip(self.names, values))
+        applying = [(w, v) for w, v in zip(self.reward_weights, values) if v is not None]
+        total = sum(w * v for w, v in applying) if applying else None
+        decisive = total if self.correct_if == TOTAL else named[self.correct_if]
+        if decisive is None:
+            return Verdict(correct=False, score=0.0, reason="no_reward", rewards=named, reward=total)
         low, high = self.score_range
-        score = min(max((value - low) / (high - low), 0.0), 1.0)
-        ok = value >= self.threshold
-        return Verdict(correct=ok, score=score, reason="ok" if ok else "wrong_answer")
+        score = min(max((decisive - low) / (high - low), 0.0), 1.0)
+        ok = decisive >= self.threshold
+        return Verdict(
+            correct=ok, score=score, reason="ok" if ok else "wrong_answer", rewards=named, reward=total
+        )
 
     def verify(self, completion: str, problem: Problem) -> Verdict:
         return self.verify_batch([completion], [problem])[0]
@@ -183,7 +259,8 @@ class RewardFunctionVerifier(Verifier):
                 f"verify_batch needs one problem per completion: {len(completions)} and {len(problems)}"
             )
         try:
-            return [self.verdict(r) for r in self.rewards(completions, problems)]
+            table = self.rewards(completions, problems)
+            return [self.verdict([column[i] for column in table]) for i in range(len(completions))]
         except Exception as err:  # noqa: BLE001 — retried row by row below: which rows does it fail on?
             if len(completions) == 1:
                 raise
@@ -191,7 +268,7 @@ class RewardFunctionVerifier(Verifier):
         verdicts, failures = [], 0
         for i, (completion, problem) in enumerate(zip(completions, problems)):
             try:
-                verdicts.append(self.verdict(self.rewards([completion], [problem])[0]))
+                verdicts.append(self.verdict([column[0] for column in self.rewards([completion], [problem])]))
             except Exception as err:  # noqa: BLE001 — this row is wrong; the error is logged and kept
                 failures += 1
                 log.warning(
@@ -203,6 +280,57 @@ class RewardFunctionVerifier(Verifier):
         if failures == len(completions):
             raise batch_error
         return verdicts
+
+    def check_problems(self, problems: Sequence[Problem], where: str = "the training problems") -> None:
+        """Refuse, at start, a function that needs a column these problems lack or hold only as ``None``.
+
+        Raises:
+            ValueError: names the function, the column and the columns there are.
+        """
+        if not problems:
+            return
+        columns = self.columns(problems)
+        for fn, path in zip(self._fns, self.reward_funcs):
+            for name in required_keywords(fn):
+                if name in ("prompts", "completions") or name in NOT_PASSED:
+                    continue
+                values = columns.get(name)
+                if values is None or all(v is None for v in values):
+                    state = "is None in every row of" if values is not None else "is no column of"
+                    raise ValueError(
+                        f"reward function {path} needs the column {name!r}, which {state} {where} "
+                        f"({len(problems)} problems; columns: {sorted(columns)}); rename the column in the data, "
+                        "or give the function's parameter a default"
+                    )
+
+
+def required_keywords(fn: Callable[..., Any]) -> list[str]:
+    """The parameters ``fn`` cannot be called without (no default, not ``*args``/``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return []
+    return [
+        p.name for p in params
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    ]  # fmt: skip
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """``names`` with repeats numbered (``accuracy``, ``accuracy_2``), so each logs under its own key."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    """A function's name as TRL logs it: ``__name__`` (a partial's or a callable object's underlying one)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def _path_of(fn: Callable[..., Any]) -> str:

@@ -1,0 +1,161 @@
+"""The Python API: a shipped config (or your own) as objects, with your data and rewards plugged in.
+
+``agon fit --config ...`` reads a YAML file and command-line overrides; a script wants the same
+run built from objects it already holds: a ``datasets.Dataset``, reward functions defined a few
+lines above. :func:`from_config` parses the config exactly as ``agon fit`` does — the same
+parser, checks, callbacks and loggers — then puts the given objects in place of the config's
+components before anything is built, and hands back the three objects Lightning's idiom
+expects::
+
+    model, data, trainer = from_config("agon:agon.yaml", "--trainer.max_steps=20",
+                                       train_dataset=dataset, reward_funcs=[accuracy, style])
+    trainer.fit(model, datamodule=data)
+
+Why through the CLI's parser rather than a second set of defaults: a script and ``agon fit``
+then run the same configuration, and ``config.yaml`` in the run directory records it (an object
+given here is written as its ``class_path`` and public attributes, as a bundle records it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace
+
+from agon_lightning.cli.config_files import expand_config_args
+from agon_lightning.cli.game import AgonCLI
+from agon_lightning.data.base import ProblemDataModule
+from agon_lightning.deploy.bundle import component_spec
+from agon_lightning.errors import UsageError
+from agon_lightning.training.module import AgonModule
+
+RewardFunc = str | Callable[..., Any]
+# TRL's argument names, as GRPOTrainer takes them; each becomes one of our components.
+TRL_NAMES = ("train_dataset", "eval_dataset", "reward_funcs", "reward_weights")
+
+
+def from_config(
+    config: str | Path | Sequence[str | Path] = "agon:agon.yaml",
+    *overrides: str,
+    data: ProblemDataModule | None = None,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
+    reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None,
+    reward_weights: Sequence[float] | None = None,
+    **components: Any,
+) -> tuple[AgonModule, ProblemDataModule, Any]:
+    """``(model, datamodule, trainer)`` of ``agon fit --config CONFIG OVERRIDES``, with objects in place.
+
+    Args:
+        config: A config file, ``agon:NAME`` for a shipped one, or several (later ones override).
+        overrides: Command-line overrides as ``agon fit`` takes them (``"--trainer.max_steps=20"``).
+        data: A data module to train on instead of the config's.
+        train_dataset: A ``datasets.Dataset`` (or ``DatasetDict``, ``IterableDataset``) in TRL's
+            format, trained on through :class:`~agon_lightning.data.dataset.DatasetDataModule`
+            with the config's batch sizes; not with ``data``.
+        eval_dataset: Held-out problems for ``train_dataset`` (default: its ``validation`` or
+            ``test`` split, else ``val_size`` rows split off; see ``DatasetDataModule``).
+        reward_funcs: TRL reward functions (callables or import paths): the verifier becomes a
+            :class:`~agon_lightning.verifiers.reward_function.RewardFunctionVerifier` over them and
+            the reward a :class:`~agon_lightning.rewards.GradedReward` that pays their weighted sum.
+        reward_weights: One weight per reward function (TRL's ``reward_weights``; default 1 each).
+        components: Any other :class:`AgonModule` argument by name, as an object or a plain value
+            (``verifier=MyVerifier()``, ``summarizer=...``, ``game="grpo"``).
+
+    Raises:
+        UsageError: an argument names no ``AgonModule`` option, or two arguments set one thing.
+    """
+    objects = _model_objects(components, reward_funcs, reward_weights)
+    datamodule = _datamodule(data, train_dataset, eval_dataset)
+    configs = [config] if isinstance(config, (str, Path)) else list(config)
+    args = expand_config_args([a for c in configs for a in ("--config", str(c))] + list(overrides))
+    cli = _PythonCLI(objects, datamodule, args=args, run=False)
+    return cli.model, cli.datamodule, cli.trainer
+
+
+def _model_objects(
+    components: dict[str, Any], reward_funcs: Any, reward_weights: Sequence[float] | None
+) -> dict[str, Any]:
+    """``{"model.NAME": value}`` for every component given, the reward functions' pair included."""
+    options = set(inspect.signature(AgonModule.__init__).parameters) - {"self"}
+    unknown = sorted(set(components) - options)
+    if unknown:
+        raise UsageError(
+            f"from_config: {', '.join(map(repr, unknown))} is no AgonModule option; options: "
+            f"{', '.join(sorted(options))} (and {', '.join(TRL_NAMES)}, data)"
+        )
+    if reward_weights is not None and reward_funcs is None:
+        raise UsageError("from_config: reward_weights without reward_funcs; give both, as to TRL's GRPOTrainer")
+    if reward_funcs is not None:
+        taken = sorted({"verifier", "reward"} & set(components))
+        if taken:
+            raise UsageError(
+                f"from_config: reward_funcs builds the verifier and the reward; drop {' and '.join(taken)} "
+                "or reward_funcs"
+            )
+        from agon_lightning.rewards import GradedReward
+        from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
+
+        components = {
+            **components,
+            "verifier": RewardFunctionVerifier(reward_funcs=reward_funcs, reward_weights=reward_weights),
+            "reward": GradedReward(),
+        }
+    return {f"model.{name}": value for name, value in components.items()}
+
+
+def _datamodule(data: ProblemDataModule | None, train_dataset: Any, eval_dataset: Any) -> Any:
+    """The data module given, or ``train_dataset``'s (built once the config's batch sizes are known)."""
+    if data is not None and (train_dataset is not None or eval_dataset is not None):
+        raise UsageError("from_config: give data or train_dataset (and eval_dataset), not both")
+    if eval_dataset is not None and train_dataset is None:
+        raise UsageError("from_config: eval_dataset without train_dataset")
+    if data is not None and not isinstance(data, ProblemDataModule):
+        raise UsageError(
+            f"from_config: data must be a ProblemDataModule, got {type(data).__name__}; a datasets.Dataset "
+            "goes in train_dataset"
+        )
+    if train_dataset is None:
+        return data
+
+    def build(batch_sizes: dict[str, Any]) -> ProblemDataModule:
+        from agon_lightning.data.dataset import DatasetDataModule
+
+        return DatasetDataModule(train_dataset, eval_dataset=eval_dataset, **batch_sizes)
+
+    return build
+
+
+class _PythonCLI(AgonCLI):
+    """``AgonCLI`` that puts objects in place of parsed components before building anything."""
+
+    def __init__(self, objects: dict[str, Any], data: Any, **kwargs: Any) -> None:
+        self._objects = objects
+        self._data = data
+        super().__init__(**kwargs)
+
+    def instantiate_classes(self) -> None:
+        if self._data is not None:
+            self._objects["data"] = self._data if not callable(self._data) or isinstance(
+                self._data, ProblemDataModule
+            ) else self._data(_batch_sizes(self.config))
+        for key, value in self._objects.items():
+            self.config[key] = value
+        super().instantiate_classes()
+        # config.yaml in the run directory records each object as a bundle does: class_path + public attributes
+        for key, value in self._objects.items():
+            if _is_component(value):
+                self.config[key] = Namespace(**component_spec(value))
+
+
+def _batch_sizes(config: Namespace) -> dict[str, Any]:
+    """The config's data batch sizes (``batch_size``, ``val_batch_size``), where it sets them."""
+    init = config.get("data.init_args") or Namespace()
+    return {k: init[k] for k in ("batch_size", "val_batch_size") if k in init and init[k] is not None}
+
+
+def _is_component(value: Any) -> bool:
+    return not isinstance(value, (str, int, float, bool, list, dict, tuple, type(None)))

@@ -1,0 +1,73 @@
+"""The run's last lines: where its bundle, logs, tables and plots went.
+
+A run that ends — finished, stopped by a signal, or failed — should not leave its user searching
+a tree of folders for what to serve or plot next. :class:`RunOutputs` prints, on global rank zero
+and once, every output that exists at the end: the ``last`` bundle (and how to resume from its
+checkpoint), the best one, the metrics file, the report, the plots and the JSON-lines tables.
+The run directory is read in ``setup`` on every rank (it is a collective; see ``run_files``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+
+from .run_files import RunDir
+
+# What a run may write in its run directory, in the order it is listed.
+RUN_FILES = (
+    ("metrics.csv", "metrics"),
+    ("report.md", "start-vs-end table"),
+    ("validation.png", "validation curves"),
+    ("outcomes.jsonl", "last evaluation, problem by problem"),
+    ("samples.jsonl", "sample games"),
+    ("trace_lengths.jsonl", "trace lengths per step"),
+    ("config.yaml", "the whole config"),
+)
+
+
+def output_lines(run_dir: Path, checkpoint_dirs: list[Path]) -> list[str]:
+    """One line per output that exists: bundles first, then the run directory's files."""
+    lines = []
+    for directory in checkpoint_dirs:
+        last = directory / "last"
+        if (last / "agon.json").exists():
+            lines.append(f"  bundle      {last}  (agon serve --bundle {last}; resume: --ckpt_path last)")
+        for best in sorted(directory.glob("best-*")):
+            if (best / "agon.json").exists():
+                lines.append(f"  best bundle {best}")
+    for name, what in RUN_FILES:
+        path = run_dir / name
+        if path.exists():
+            lines.append(f"  {what:<11} {path}" if len(what) <= 11 else f"  {path}  ({what})")
+    return lines
+
+
+class RunOutputs(L.Callback):
+    """At the end of ``fit`` (or when it fails), print where the run's outputs are."""
+
+    def __init__(self) -> None:
+        self._run_dir = RunDir()
+        self._printed = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._run_dir.locate(trainer)  # a collective: here, on every rank
+        self._printed = False
+
+    def _print(self, trainer: L.Trainer) -> None:
+        if self._printed or not trainer.is_global_zero:
+            return
+        self._printed = True
+        dirs = [Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)]
+        lines = output_lines(self._run_dir.locate(trainer), dirs)
+        if lines:
+            print("\nOutputs of this run:\n" + "\n".join(lines), flush=True)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._print(trainer)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._print(trainer)
