@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "LoraOptions": "agon_lightning.adapters.policy",
     "Prompts": "agon_lightning.prompts",
     "Cascade": "agon_lightning.deploy.cascade",
+    "from_config": "agon_lightning.cli.build",
     "CascadeResult": "agon_lightning.pipeline",
     "CascadeSample": "agon_lightning.pipeline",
     # the data that flows between components
@@ -35,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "Verifier": "agon_lightning.verifiers.base",
     "Summarizer": "agon_lightning.summarizers.base",
     "Reward": "agon_lightning.rewards",
+    "standard_callbacks": "agon_lightning.callbacks",
     "RoleRewards": "agon_lightning.rewards",
     "Rollout": "agon_lightning.rollout.base",
     "RolloutBatch": "agon_lightning.rollout.base",
@@ -42,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "ProblemDataModule": "agon_lightning.data.base",
     "ReasoningGymDataModule": "agon_lightning.data.reasoning_gym",
     "FileProblemDataModule": "agon_lightning.data.files",
+    "DatasetDataModule": "agon_lightning.data.dataset",
     "DeepMathDataModule": "agon_lightning.data.deepmath",
     "CodeContestsDataModule": "agon_lightning.data.codecontests",
 }

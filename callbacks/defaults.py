@@ -5,7 +5,8 @@ a log file, the validation report with ``outcomes.jsonl``, trace-length and dive
 monitoring, sample games and a last word on where all of it went. Listing them in each config
 let configs drop them by accident (the real-model configs carried none), so ``agon fit`` adds
 :func:`standard_callbacks` to whatever a config lists: a callback the config lists with its own
-settings replaces the standard one of its class, and ``--skip_callbacks`` names any to leave out.
+settings replaces the standard one of its class, and ``--skip_callbacks`` names any to leave out
+(configured or standard).
 A script builds the same set with ``L.Trainer(callbacks=standard_callbacks())``.
 """
 

@@ -337,7 +337,7 @@ def test_the_cli_reads_a_conversational_dataset_for_the_models_chat_template(tmp
 
 
 @pytest.mark.slow
-def test_agon_fit_trains_a_trl_dataset_with_no_field_mapping(tmp_path, capsys):
+def test_agon_fit_trains_a_trl_dataset_with_no_field_mapping(tmp_path, caplog):
     """The shipped tiny model (its chat template shows every role) on conversational rows, 1 step."""
     source = write_source("jsonl", trl_rows(True), tmp_path)
     root = tmp_path / "run"
@@ -347,11 +347,8 @@ def test_agon_fit_trains_a_trl_dataset_with_no_field_mapping(tmp_path, capsys):
         "--model.grpo.num_generations=2", "--model.rollout.init_args.max_new_tokens=4",
         "--trainer.limit_train_batches=1", f"--trainer.default_root_dir={root}",
     ])  # fmt: skip
-    out = capsys.readouterr()
-    assert (
-        "data.jsonl:1: question from 'prompt' (chat messages), gold answer from 'solution'"
-        in out.out + out.err
-    )
+    said = "data.jsonl:1: question from 'prompt' (chat messages), gold answer from 'solution'; every other"
+    assert said in caplog.text and "FileProblemDataModule: 2 training and 2 held-out problems" in caplog.text
     (outcomes,) = root.rglob("outcomes.jsonl")
     questions = {json.loads(line)["question"] for line in outcomes.read_text().splitlines()}
     assert len(questions) == 2 and questions <= set(QUESTIONS)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
+from lightning.pytorch.cli import SaveConfigCallback
 
 from agon_lightning.cli.config_files import expand_config_args
 from agon_lightning.cli.game import AgonCLI
@@ -72,7 +73,7 @@ def from_config(
     datamodule = _datamodule(data, train_dataset, eval_dataset)
     configs = [config] if isinstance(config, (str, Path)) else list(config)
     args = expand_config_args([a for c in configs for a in ("--config", str(c))] + list(overrides))
-    cli = _PythonCLI(objects, datamodule, args=args, run=False)
+    cli = _PythonCLI(objects, datamodule, args=args, run=False, save_config_callback=_RecordedConfig)
     return cli.model, cli.datamodule, cli.trainer
 
 
@@ -133,15 +134,15 @@ class _PythonCLI(AgonCLI):
     """``AgonCLI`` that puts objects in place of parsed components before building anything."""
 
     def __init__(self, objects: dict[str, Any], data: Any, **kwargs: Any) -> None:
-        self._objects = objects
+        self._objects = dict(objects)
         self._data = data
         super().__init__(**kwargs)
 
     def instantiate_classes(self) -> None:
-        if self._data is not None:
-            self._objects["data"] = self._data if not callable(self._data) or isinstance(
-                self._data, ProblemDataModule
-            ) else self._data(_batch_sizes(self.config))
+        if isinstance(self._data, ProblemDataModule):
+            self._objects["data"] = self._data
+        elif self._data is not None:  # train_dataset: built with the config's batch sizes
+            self._objects["data"] = self._data(_batch_sizes(self.config))
         for key, value in self._objects.items():
             self.config[key] = value
         super().instantiate_classes()
@@ -149,6 +150,24 @@ class _PythonCLI(AgonCLI):
         for key, value in self._objects.items():
             if _is_component(value):
                 self.config[key] = Namespace(**component_spec(value))
+
+
+class _RecordedConfig(SaveConfigCallback):
+    """``config.yaml`` in the run directory, with each object written as its ``class_path`` and attributes.
+
+    Lightning's callback validates the config before writing it, which a component written as a
+    spec (a reward function's path, a dataset's repr) cannot pass; the spec is a record, not an input.
+    """
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # a broadcast: on every rank
+        if trainer.is_global_zero:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            text = self.parser.dump(self.config, skip_validation=True)
+            (Path(log_dir) / self.config_filename).write_text(text)
+        self.already_saved = True
 
 
 def _batch_sizes(config: Namespace) -> dict[str, Any]:

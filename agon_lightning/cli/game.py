@@ -70,8 +70,8 @@ class AgonCLI(BaseCLI):
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
         if self.subcommand in (None, "fit"):  # a training run: the standard callbacks, once each
-            configured = list(trainer_config.get("callbacks") or [])
             skip = self._get(self.config, "skip_callbacks", default=None) or []
+            configured = [cb for cb in trainer_config.get("callbacks") or [] if type(cb).__name__ not in skip]
             try:
                 kwargs["callbacks"] = configured + standard_callbacks(configured, skip)
             except ValueError as err:
