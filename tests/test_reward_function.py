@@ -120,3 +120,106 @@ def test_chosen_from_yaml_by_import_path_and_rebuilt_from_a_bundle(tiny_model_di
                           "--model.verifier.function=test_reward_function.accuracy",
                           "--model.verifier.answer_column=solution"], run=False)  # fmt: skip
     assert isinstance(short.model.verifier, RewardFunctionVerifier)
+
+
+# ---------------------------------------------------------------------- several functions, weighted, graded
+def graded_accuracy(completions, solution, **kwargs):
+    return [1.0 if s in c else 0.0 for c, s in zip(completions, solution)]
+
+
+def half_format(completions, **kwargs):
+    return [0.5 if "<answer>" in c else None for c in completions]
+
+
+TRL_ROWS = [
+    Problem("1+1", None, {"solution": "2", "level": 1}),
+    Problem("2+2", None, {"solution": "4", "level": 2}),
+    Problem("3+3", None, {"solution": "6", "level": 3}),
+]
+
+
+def test_several_functions_sum_with_weights_and_none_drops_out():
+    v = RewardFunctionVerifier([graded_accuracy, half_format], reward_weights=[1.0, 2.0])
+    verdicts = v.verify_batch(["<answer>2</answer>", "<answer>5</answer>", "the answer is 7"], TRL_ROWS)
+    assert [x.rewards for x in verdicts] == [
+        {"graded_accuracy": 1.0, "half_format": 0.5},
+        {"graded_accuracy": 0.0, "half_format": 0.5},
+        {"graded_accuracy": 0.0, "half_format": None},
+    ]
+    assert [x.reward for x in verdicts] == [2.0, 1.0, 0.0]  # 1·1 + 2·0.5; 0 + 1; 0 (format does not apply)
+    assert [x.correct for x in verdicts] == [True, False, False]  # c: the first function >= 1
+    assert v.graded and v.names == ["graded_accuracy", "half_format"]
+
+
+def test_the_correctness_rule_reads_one_named_value_or_the_total():
+    by_format = RewardFunctionVerifier([graded_accuracy, half_format], correct_if="half_format", threshold=0.5)
+    assert [x.correct for x in by_format.verify_batch(["<answer>9</answer>", "7"], TRL_ROWS[:2])] == [True, False]
+    by_total = RewardFunctionVerifier([graded_accuracy, half_format], correct_if="total", threshold=1.5)
+    assert [x.correct for x in by_total.verify_batch(["<answer>2</answer>", "2"], TRL_ROWS[:2])] == [True, False]
+    with pytest.raises(ValueError, match="correct_if must be one of"):
+        RewardFunctionVerifier([graded_accuracy], correct_if="accuracy")
+
+
+def test_all_none_is_no_reward_and_a_weight_per_function_is_required():
+    v = RewardFunctionVerifier(half_format)
+    (verdict,) = v.verify_batch(["no tags"], TRL_ROWS[:1])
+    assert verdict.reward is None and verdict.reason == "no_reward" and not verdict.correct
+    with pytest.raises(ValueError, match="2 values for 1 reward functions"):
+        RewardFunctionVerifier(half_format, reward_weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match="not both"):
+        RewardFunctionVerifier(half_format, function=half_format)
+
+
+def test_the_solution_column_reaches_the_function_without_any_mapping():
+    CALLS.clear()
+    v = RewardFunctionVerifier("test_reward_function.accuracy")  # answer_column left at its default
+    verdicts = v.verify_batch(["<answer>2</answer>", "<answer>4</answer>", "x"], TRL_ROWS)
+    (call,) = CALLS
+    assert call["solution"] == ["2", "4", "6"] and call["level"] == [1, 2, 3]
+    assert [x.correct for x in verdicts] == [True, True, False]
+
+
+def test_conversational_problems_get_message_lists_as_trl_passes_them():
+    seen = {}
+
+    def grab(prompts, completions, **kwargs):
+        seen.update(prompts=prompts, completions=completions)
+        return [1.0] * len(completions)
+
+    chat = Problem.from_messages([{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"}])
+    RewardFunctionVerifier(grab).verify_batch(["<answer>2</answer>"], [chat])
+    assert seen["prompts"] == [chat.messages]
+    assert seen["completions"] == [[{"role": "assistant", "content": "<answer>2</answer>"}]]
+
+
+def test_a_missing_or_empty_column_is_refused_at_start_naming_it():
+    v = RewardFunctionVerifier([graded_accuracy, half_format])
+    with pytest.raises(ValueError, match=r"graded_accuracy needs the column 'solution', which is no column"):
+        v.check_problems([Problem("1+1", "2", {"level": 1})])
+    with pytest.raises(ValueError, match=r"'solution', which is None in every row"):
+        v.check_problems([Problem("1+1", None, {"solution": None})])
+    v.check_problems(TRL_ROWS)  # every column there: no error
+
+
+def test_a_graded_verifier_beside_a_reward_that_pays_only_c_is_refused():
+    from agon_lightning.rewards import CompetitiveReward, GradedReward
+    from agon_lightning.training.module import AgonModule
+
+    graded = RewardFunctionVerifier([graded_accuracy, half_format])
+    with pytest.raises(ValueError, match="--model.reward=graded"):
+        AgonModule(verifier=graded, reward=CompetitiveReward())
+    AgonModule(verifier=graded, reward=GradedReward())  # accepted
+    AgonModule(verifier=RewardFunctionVerifier(graded_accuracy), reward=CompetitiveReward())  # one 0/1 function
+
+
+def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():
+    from agon_lightning.training.module import function_metrics
+    from agon_lightning.types import Verdict
+
+    verdicts = [
+        Verdict(True, rewards={"acc": 1.0, "fmt": None}),
+        Verdict(False, rewards={"acc": 0.0, "fmt": 0.5}),
+    ]
+    assert function_metrics("reward/", verdicts) == {
+        "reward/acc/mean": 0.5, "reward/acc/std": 0.5, "reward/fmt/mean": 0.5, "reward/fmt/std": 0.0,
+    }  # fmt: skip

@@ -145,3 +145,20 @@ def test_the_class_and_every_shipped_config_take_the_papers_weights(config):
     assert block["class_path"] == "agon_lightning.rewards.CompetitiveReward"
     assert {k: block["init_args"][k] for k in PAPER_WEIGHTS} == PAPER_WEIGHTS
     assert block["init_args"]["format"]["class_path"] == "agon_lightning.formats.ThinkAnswerFormat"
+
+
+def test_the_graded_reward_pays_the_functions_sum_and_the_bonus_on_c():
+    from agon_lightning.rewards import GradedReward, Outcomes, RoleOutcome
+
+    nan = float("nan")
+    draft = RoleOutcome(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([5, 5, 5]), ["a", "b", "c"],
+                        torch.tensor([1.5, 0.25, nan]))  # fmt: skip
+    challenge = RoleOutcome(torch.tensor([1.0, 1.0, 0.0]), torch.tensor([3, 9, 9]), ["x", "y", "z"],
+                            torch.tensor([1.2, 1.0, -0.5]))  # fmt: skip
+    rewards = GradedReward(conversion_bonus=0.5, length_tiebreak=0.1)(Outcomes(draft, challenge))
+    assert rewards.draft.tolist() == [1.5, 0.25, 0.0]  # R(a); no function applied: 0
+    # R(b) + 0.5·c(b)(1−c(a)) + 0.1·[both right, b shorter]
+    assert torch.allclose(rewards.challenge, torch.tensor([1.2 + 0.1, 1.0 + 0.5, -0.5]))
+    # without graded values R is c
+    plain = RoleOutcome(torch.tensor([1.0, 0.0]), torch.tensor([1, 1]), ["a", "b"])
+    assert GradedReward()(Outcomes(plain)).draft.tolist() == [1.0, 0.0]

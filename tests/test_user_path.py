@@ -28,7 +28,7 @@ CONFIG = ROOT / "configs" / "deepmath_qwen3_0.6b.yaml"
 # The user's reward functions, in a module of their own (as they would import them into TRL).
 # Each records what it was called with, so the test can say what TRL's signature received.
 REWARDS = textwrap.dedent(
-    '''
+    """
     import json, os
 
     def _record(name, prompts, completions, kwargs):
@@ -44,7 +44,7 @@ REWARDS = textwrap.dedent(
         _record("brevity", None, completions, {"source": source, **kwargs})
         # None where it does not apply, as TRL lets a function say
         return [None if src == "other" else -len(c[0]["content"]) / 100 for c, src in zip(completions, source)]
-    '''
+    """
 )
 
 
@@ -86,6 +86,7 @@ def fit_args(model_dir: Path, data: Path, root: Path, steps: int) -> list[str]:
 @pytest.fixture
 def user_setup(tiny_model_dir, tmp_path, monkeypatch):
     (tmp_path / "user_rewards.py").write_text(REWARDS)
+    monkeypatch.delitem(sys.modules, "user_rewards", raising=False)  # each test imports its own
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{ROOT}")  # the served bundle imports them too
     log = tmp_path / "calls.jsonl"
@@ -106,7 +107,10 @@ def test_a_trl_users_data_rewards_and_model_train_resume_and_serve(user_setup, t
     solutions = {r["solution"] for r in rows}
     for call in calls:
         assert all(
-            isinstance(c, list) and len(c) == 1 and c[0]["role"] == "assistant" and isinstance(c[0]["content"], str)
+            isinstance(c, list)
+            and len(c) == 1
+            and c[0]["role"] == "assistant"
+            and isinstance(c[0]["content"], str)
             for c in call["completions"]
         ), call["completions"][:2]
         assert {"solution", "source"} <= set(call["columns"]), sorted(call["columns"])
@@ -145,3 +149,20 @@ def test_a_trl_users_data_rewards_and_model_train_resume_and_serve(user_setup, t
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_a_reward_function_needing_a_column_the_data_lacks_stops_the_fit_at_start(user_setup, tiny_model_dir):
+    tmp_path, _, log = user_setup
+    (tmp_path / "user_rewards.py").write_text(
+        REWARDS
+        + "\ndef needs_answer_key(completions, answer_key, **kw):\n    return [0.0] * len(completions)\n"
+    )
+    args = fit_args(tiny_model_dir, tmp_path / "train.jsonl", tmp_path / "run", steps=2)
+    args[
+        args.index("--model.verifier.init_args.reward_funcs=[user_rewards.accuracy, user_rewards.brevity]")
+    ] = "--model.verifier.init_args.reward_funcs=[user_rewards.accuracy, user_rewards.needs_answer_key]"
+    with pytest.raises(
+        ValueError, match=r"needs_answer_key needs the column 'answer_key'.*columns: \[.*'solution'"
+    ):
+        main(args)
+    assert not log.exists()  # nothing was generated or graded: the run stopped before its first step
