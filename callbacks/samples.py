@@ -5,24 +5,36 @@ Metrics say *that* something changed; reading a handful of games says *what*. Ev
 of the step (``module.last_record``, no extra generation) and writes one row per draft:
 problem, gold answer, draft, summary, challenger answer, both verdicts and both rewards.
 
-Rows are appended to ``samples.jsonl`` in the run directory and sent to the loggers that
-show tables: ``log_table`` where a logger has it (Weights & Biases), a Markdown table as
-text for TensorBoard. Loggers without either (CSV) have the JSONL file.
+Rows are appended to ``samples.jsonl`` in the run directory and sent to each logger in its own
+idiom: ``log_table`` where a logger has it (Weights & Biases), a Markdown table as text for
+TensorBoard, a JSON table artifact per step for MLflow. The CSV logger's table is the JSONL file
+beside its ``metrics.csv``; any other logger is told once, in the log, that the table is there.
+With reward functions, each function's value for the draft and the answer is a column too.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from .protocol import AgonModuleView
 from .run_files import RunDir, append_jsonl
 
+log = logging.getLogger(__name__)
+
 FILENAME = "samples.jsonl"
-COLUMNS = ("step", "problem", "gold", "drafter", "draft", "draft_verdict", "draft_reward", "summary",
-           "challenger", "challenge", "challenge_verdict", "challenge_reward")  # fmt: skip
+COLUMNS = ("step", "problem", "gold", "drafter", "draft", "draft_verdict", "draft_reward", "draft_functions",
+           "summary", "challenger", "challenge", "challenge_verdict", "challenge_reward", "challenge_functions")  # fmt: skip
+
+
+def _functions(verdict: Any) -> str | None:
+    """Each reward function's value for one completion, as JSON (``None`` without reward functions)."""
+    values = getattr(verdict, "rewards", None)
+    return json.dumps(values) if values else None
 
 
 def _clip(text: str, max_chars: int | None) -> str:
@@ -50,7 +62,9 @@ def sample_rows(record: Any, num_rows: int, max_chars: int | None = None) -> lis
             "draft": _clip(draft.rollouts.texts[i], max_chars),
             "draft_verdict": _verdict(draft.verdicts[i]),
             "draft_reward": float(draft.rewards[i]),
+            "draft_functions": _functions(draft.verdicts[i]),
             "summary": None, "challenger": None, "challenge": None, "challenge_verdict": None, "challenge_reward": None,
+            "challenge_functions": None,
         }  # fmt: skip
         if challenge is not None:
             row.update(
@@ -59,6 +73,7 @@ def sample_rows(record: Any, num_rows: int, max_chars: int | None = None) -> lis
                 challenge=_clip(challenge.rollouts.texts[i], max_chars),
                 challenge_verdict=_verdict(challenge.verdicts[i]),
                 challenge_reward=float(challenge.rewards[i]),
+                challenge_functions=_functions(challenge.verdicts[i]),
             )
         rows.append(row)
     return rows
@@ -99,6 +114,7 @@ class SampleTable(L.Callback):
         self.max_chars = max_chars
         self.filename = filename
         self._run_dir = RunDir()
+        self._told: set[str] = set()  # loggers already named as showing no tables
 
     def setup(self, trainer: L.Trainer, pl_module: AgonModuleView, stage: str) -> None:
         self._run_dir.locate(trainer)  # a collective: here, on every rank
@@ -114,8 +130,23 @@ class SampleTable(L.Callback):
         if not trainer.is_global_zero:
             return
         for logger in trainer.loggers:
-            if hasattr(logger, "log_table"):
-                logger.log_table(key="samples", columns=list(COLUMNS), data=[[r[c] for c in COLUMNS] for r in rows],
-                                 step=record.step)  # fmt: skip
-            elif isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("samples", markdown_table(rows), global_step=record.step)
+            send_table(logger, rows, record.step, self._told)
+
+
+def send_table(logger: Any, rows: list[dict[str, Any]], step: int, told: set[str]) -> None:
+    """The rows to one logger, in its idiom; a logger with none is named once (``told``) in the log."""
+    name = type(logger).__name__
+    if hasattr(logger, "log_table"):  # Weights & Biases
+        logger.log_table(
+            key="samples", columns=list(COLUMNS), data=[[r[c] for c in COLUMNS] for r in rows], step=step
+        )
+    elif isinstance(logger, TensorBoardLogger):
+        logger.experiment.add_text("samples", markdown_table(rows), global_step=step)
+    elif name == "MLFlowLogger":  # by name: mlflow is an optional package
+        table = {c: [r[c] for r in rows] for c in COLUMNS}
+        logger.experiment.log_table(logger.run_id, data=table, artifact_file=f"samples/step_{step:06d}.json")
+    elif not isinstance(logger, CSVLogger) and name not in told:
+        told.add(name)
+        log.info(
+            "SampleTable: %s shows no tables; the sample games are in %s in the run directory", name, FILENAME
+        )

@@ -253,8 +253,9 @@ def test_sample_rows_take_the_first_draft_of_each_problem():
 
 
 def test_markdown_table_escapes_pipes_and_newlines():
-    row = dict.fromkeys(["step", "problem", "gold", "drafter", "draft", "draft_verdict", "draft_reward", "summary",
-                         "challenger", "challenge", "challenge_verdict", "challenge_reward"], "x")  # fmt: skip
+    from agon_lightning.callbacks.samples import COLUMNS
+
+    row = dict.fromkeys(COLUMNS, "x")
     row["draft"] = "a|b\nc"
     assert "a\\|b ⏎ c" in markdown_table([row]).splitlines()[2]
 
