@@ -198,6 +198,7 @@ class AgonCheckpoint(Checkpoint):
         self.best_k_models: dict[str, torch.Tensor] = {}
         self.last_model_path = ""
         self.last_saved_step = -1
+        self._last_step = -1  # the global step ``last`` was written at (-1: not yet, in this process)
         self._rng_to_restore: dict[str, Any] | None = None
         self._signals = StopSignals()
         self._stop_pending = False
@@ -233,13 +234,14 @@ class AgonCheckpoint(Checkpoint):
                         leftover.unlink()
 
     # ------------------------------------------------------------------ when
-    def _skips(self, trainer: L.Trainer) -> bool:
-        """No save outside fitting, in a sanity check or a fast dev run, or twice for one step."""
+    def _skips(self, trainer: L.Trainer, any_save: bool = True) -> bool:
+        """No save outside fitting, in a sanity check or a fast dev run, or twice for one step
+        (``any_save``: after any save at this step, best included)."""
         return bool(
             trainer.fast_dev_run
             or trainer.state.fn != "fit"
             or trainer.sanity_checking
-            or self.last_saved_step == trainer.global_step
+            or (any_save and self.last_saved_step == trainer.global_step)
         )
 
     def on_train_batch_end(
@@ -271,8 +273,13 @@ class AgonCheckpoint(Checkpoint):
             self._stop(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # The final state is always resumable and deployable, whatever k is.
-        if self.save_last and not self._skips(trainer):
+        # The final state is always resumable and deployable, whatever k is: ``last`` is written
+        # even when a best checkpoint was the step's only save so far.
+        if (
+            self.save_last
+            and self._last_step != trainer.global_step
+            and not self._skips(trainer, any_save=False)
+        ):
             self._save_last(trainer)
         if self._stop_pending or self._interrupt_requested(trainer):
             self._stop(trainer)  # before the module's final evaluation; a resumed run does it
@@ -289,6 +296,7 @@ class AgonCheckpoint(Checkpoint):
         if self.save_last:
             self.last_model_path = self._path(trainer, self.LAST_NAME)
             self.save(trainer, self.last_model_path)
+            self._last_step = trainer.global_step
 
     def _save_last_if_behind(self, trainer: L.Trainer) -> None:
         if self.last_saved_step != trainer.global_step:

@@ -33,14 +33,14 @@ def output_lines(run_dir: Path, checkpoint_dirs: list[Path]) -> list[str]:
     for directory in checkpoint_dirs:
         last = directory / "last"
         if (last / "agon.json").exists():
-            lines.append(f"  bundle      {last}  (agon serve --bundle {last}; resume: --ckpt_path last)")
+            lines.append(f"  {last}  (the last bundle: agon serve --bundle {last}; resume: --ckpt_path last)")
         for best in sorted(directory.glob("best-*")):
             if (best / "agon.json").exists():
-                lines.append(f"  best bundle {best}")
+                lines.append(f"  {best}  (the best bundle by the checkpoint's monitor)")
     for name, what in RUN_FILES:
         path = run_dir / name
         if path.exists():
-            lines.append(f"  {what:<11} {path}" if len(what) <= 11 else f"  {path}  ({what})")
+            lines.append(f"  {path}  ({what})")
     return lines
 
 

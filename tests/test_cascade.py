@@ -293,7 +293,7 @@ def test_api_takes_mappings_like_problems_or_names_what_it_takes(fitted):
     cascade = Cascade.from_pretrained(bundle)
     row = {"question": "12+30=", "answer": 42, "metadata": {"source": "test"}, "id": 7}
     (from_mapping,) = cascade.solve([row])
-    metadata = {"answer": 42, "metadata": {"source": "test"}, "id": 7, "source": "test"}  # every column, verbatim
+    metadata = {"answer": 42, "metadata": {"source": "test"}, "id": 7, "source": "test"}  # every column
     (from_problem,) = cascade.solve([Problem("12+30=", "42", metadata)])
     assert from_mapping.problem == from_problem.problem
     assert from_mapping.to_dict() == from_problem.to_dict() and from_mapping.verdict is not None
@@ -302,5 +302,5 @@ def test_api_takes_mappings_like_problems_or_names_what_it_takes(fitted):
         cascade.solve(["1+1=", 3])
     with pytest.raises(TypeError, match=rf"problems must be a list, each {accepted}.*got a single dict"):
         cascade.solve({"question": "1+1="})
-    with pytest.raises(ValueError, match=r"problem 0: no 'prompt' or 'question' column \(the row has \['text'\]\)"):
+    with pytest.raises(ValueError, match=r"problem 0: no 'prompt' or 'question' column \(the row has"):
         cascade.solve([{"text": "1+1="}])

@@ -32,7 +32,9 @@ def test_columns_are_configurable_and_every_other_column_goes_to_metadata(tmp_pa
     ])  # fmt: skip
     fields = ProblemFields(question="problem", answer="solution", metadata="meta")
     assert load_problems(str(path), fields) == [  # the answer's and the object's columns kept verbatim too
-        Problem("1+1?", "2", {"solution": 2, "meta": {"task": "add", "id": "not me"}, "id": "a", "task": "add"}),
+        Problem(
+            "1+1?", "2", {"solution": 2, "meta": {"task": "add", "id": "not me"}, "id": "a", "task": "add"}
+        ),
         Problem("Name it.", None, {"meta": None, "id": "b"}),
     ]
 
@@ -41,7 +43,9 @@ def test_written_problems_read_back_with_their_question_answer_and_metadata(tmp_
     problems = [
         Problem("1+1?", "2", {"task": "add", "entry": {"n": [1, 1]}}),
         Problem("open?", None, {"solution": "not the gold answer"}),
-        Problem.from_messages([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}], "4"),
+        Problem.from_messages(
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}], "4"
+        ),
     ]
     back = load_problems(str(write_problems(problems, tmp_path / "out" / "p.jsonl")))
     assert back == [
@@ -152,4 +156,6 @@ def test_data_module_is_selectable_from_the_cli(tmp_path, tiny_model_dir):
     ], run=False)  # fmt: skip
     assert isinstance(cli.datamodule, FileProblemDataModule)
     assert len(cli.datamodule.train_problems) == 4 and len(cli.datamodule.val_problems) == 2
-    assert all(p.question.startswith("q") and set(p.metadata) == {"answer"} for p in cli.datamodule.train_problems)
+    assert all(
+        p.question.startswith("q") and set(p.metadata) == {"answer"} for p in cli.datamodule.train_problems
+    )

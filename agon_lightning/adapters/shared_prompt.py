@@ -62,11 +62,10 @@ def shares_prompts(decoder: Any) -> bool:
     Activation checkpointing recomputes each layer in the backward, where the cache would be
     updated a second time; sliding-window and other cache kinds are left to the full forward.
     """
-    checkpointing = (
-        decoder.is_activation_checkpointing  # transformers' name since the rename
-        if hasattr(type(decoder), "is_activation_checkpointing")
-        else getattr(decoder, "is_gradient_checkpointing", False)
-    )
+    # transformers' name since the rename; the old one (a FutureWarning in transformers 5) only before it
+    checkpointing = getattr(decoder, "is_activation_checkpointing", None)
+    if checkpointing is None:
+        checkpointing = getattr(decoder, "is_gradient_checkpointing", False)
     return not checkpointing and plain_cache(decoder)
 
 

@@ -6,7 +6,10 @@ and every command that does not train load neither Lightning nor torch.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import warnings
 from typing import Any
 
 import torch
@@ -36,6 +39,36 @@ def default_loggers(save_dir: str) -> list[Any]:
     return loggers
 
 
+class _NoAdverts(logging.Filter):
+    """Drops Lightning's "💡 Tip: try installing ..." lines: suggestions of other products, not of anything
+    this run could do differently."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def quiet_lightning_internals() -> None:
+    """Keep out of a run's log what a user cannot act on, narrowly, by message, in this one place.
+
+    - Lightning's product tips (see :class:`_NoAdverts`);
+    - Lightning's own use of a torch pytree API that torch deprecated (``isinstance(treespec,
+      LeafSpec)``, in ``lightning/pytorch/utilities/_pytree.py``): Lightning's code, not the user's;
+    - PEFT's read of transformers' deprecated ``is_gradient_checkpointing`` when it wraps the base
+      (``peft/peft_model.py``): PEFT's code, not the user's;
+    - transformers' "Loading weights" progress bar where stderr is a file (a log, SLURM), where it
+      is one line of carriage returns.
+    """
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoAdverts) for f in rank_zero.filters):
+        rank_zero.addFilter(_NoAdverts())
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    if not sys.stderr.isatty():
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
 class AgonCLI(BaseCLI):
     """LightningCLI over :class:`AgonModule` and any :class:`ProblemDataModule`; ``--ckpt_path last``
     must find a checkpoint."""
@@ -45,6 +78,7 @@ class AgonCLI(BaseCLI):
         kwargs.setdefault("datamodule_class", ProblemDataModule)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        quiet_lightning_internals()
         kwargs.setdefault(
             "parser_kwargs",
             {"prog": "agon"}

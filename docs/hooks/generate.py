@@ -246,9 +246,10 @@ def components_page() -> str:
     ]
     for group, base in GROUPS.items():
         option = group.rsplit(".", 1)[1].rstrip("s")
+        key = "data" if option == "data" else f"model.{option}"  # the data module is a top-level option
         lines += [f"## `{group}`", "", f"Base class `{base.__module__}.{base.__qualname__}`: {summary_line(base)}",
                   f"Option: `model.{option}` (the format check: `model.reward.init_args.format`)." if option == "format"
-                  else f"Option: `model.{option}`.", ""]  # fmt: skip
+                  else f"Option: `{key}`.", ""]  # fmt: skip
         for name, cls in sorted(plugins[group].items()):
             lines += [
                 f"### `{name}`: {cls.__name__}",
@@ -258,9 +259,7 @@ def components_page() -> str:
             ]
             rows = options_table(
                 cls,
-                f"model.{option}.init_args."
-                if option != "format"
-                else "model.reward.init_args.format.init_args.",
+                f"{key}.init_args." if option != "format" else "model.reward.init_args.format.init_args.",
             )
             lines += [*rows, ""] if len(rows) > 2 else ["No options.", ""]
     return "\n".join(lines)
