@@ -36,7 +36,6 @@ _EXPORTS: dict[str, str] = {
     "Verifier": "agon_lightning.verifiers.base",
     "Summarizer": "agon_lightning.summarizers.base",
     "Reward": "agon_lightning.rewards",
-    "standard_callbacks": "agon_lightning.callbacks",
     "RoleRewards": "agon_lightning.rewards",
     "Rollout": "agon_lightning.rollout.base",
     "RolloutBatch": "agon_lightning.rollout.base",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
 import importlib
 import inspect
 import io
@@ -46,8 +47,10 @@ def type_name(annotation: Any) -> str:
 def default_text(value: Any) -> str:
     if value is inspect.Parameter.empty or value is dataclasses.MISSING:
         return MISSING
-    if type(value).__name__.startswith("LazyInstance_"):  # jsonargparse's lazy_instance(Class)
-        return f"{type(value).__mro__[1].__name__}()"
+    lazy = getattr(value, "_lazy_class_type", None)  # jsonargparse's lazy_instance(Class, **kwargs)
+    if lazy is not None:
+        args = ", ".join(f"{k}={v!r}" for k, v in getattr(value, "_lazy_kwargs", {}).items())
+        return f"{lazy.__name__}({args})"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return f"{type(value).__name__}()"  # its fields and their defaults: the section below
     if callable(value) and not isinstance(value, type):
@@ -122,10 +125,16 @@ def options(cls: type) -> list[tuple[str, str, str, str, Any]]:
     return rows
 
 
+def code_cell(text: str) -> str:
+    """``text`` as inline code inside a table cell: HTML, so a ``|`` (``float | None``) shows as itself
+    (a backslash-escaped pipe inside backticks would show its backslash)."""
+    return "<code>" + html.escape(text).replace("|", "&#124;") + "</code>"
+
+
 def options_table(cls: type, prefix: str) -> list[str]:
     lines = ["| option | type | default | what |", "|---|---|---|---|"]
     for name, kind, default, comment, _ in options(cls):
-        lines.append(f"| `{prefix}{name}` | `{cell(kind)}` | `{cell(default)}` | {cell(comment)} |")
+        lines.append(f"| `{prefix}{name}` | {code_cell(kind)} | {code_cell(default)} | {cell(comment)} |")
     return lines
 
 
@@ -302,10 +311,48 @@ def sweep_paper_page() -> str:
         "# The paper's table on the embedded testbed",
         "Generated at build time from `benchmarks/results/sweep_paper/`, the committed run: its plan and",
         "what it showed, the paper's table beside ours, the results table and the plots.",
+        "pass@1 on this page is the share of the held-out draws answered right with one greedy attempt,"
+        " as the runs logged it (chain_sum's 200 held-out draws; the paper table pools them over seeds).",
         result_file(folder / "README.md"),
         result_file(folder / "paper_table.md"),
         result_file(folder / "results.md"),
         *images(folder, "sweep_paper"),
+    ])  # fmt: skip
+
+
+# The one pass@1 every page leads with; a page that also shows another names it (see PASS_BY_DRAWS).
+PASS_AT_1 = (
+    "**pass@1**, here and on every results page, is the share of *distinct* held-out problems the"
+    " policy answers right with one greedy attempt (a problem drawn twice by the generator counts once)."
+)
+PASS_BY_DRAWS = (
+    "The *results table* below and the `pass_at_1.png` curve show pass@1 **by draws**, as each run"
+    " logged it during training: over every held-out draw, so a problem the generator drew twice"
+    " counts twice. Frequent problems are easier, so it reads higher than pass@1 over distinct"
+    " problems (Countdown's Agon seed 0: 0.750 by draws, 0.680 over distinct problems). The paper"
+    " table and the paired endpoints count distinct problems."
+)
+
+
+def countdown_page() -> str:
+    folder = RESULTS / "countdown" / "sweep"
+    return "\n\n".join([
+        "# Countdown: the paper's table and the registered endpoints (measurement S1)",
+        "Generated at build time from `benchmarks/results/countdown/sweep/`: the sweep's paper table, its"
+        " pre-registered endpoints with their decisions, the results table and the plots. The design and"
+        " the testbed's preconditions: `benchmarks/results/countdown/README.md` and"
+        " [the Countdown testbed](../testbeds/countdown.md).",
+        PASS_AT_1,
+        "**What it shows.** Agon − GRPO is +0.134 [+0.088, +0.178] on the main split (shown), and so is"
+        " the exchange step (cooperative − GRPO). The competition step (Agon − cooperative) is not"
+        " resolved. And the untrained base reading its own summary (`moa_untrained`, 70.6) does as well"
+        " as Agon (69.2): the gain over GRPO is the two-pass cascade's; what Agon's *training* adds is not"
+        " measured by this sweep.",
+        result_file(folder / "paper_table.md"),
+        result_file(folder / "endpoints.md"),
+        PASS_BY_DRAWS,
+        result_file(folder / "results.md"),
+        *images(folder, "countdown"),
     ])  # fmt: skip
 
 
@@ -348,11 +395,27 @@ PAGES = {
     "reference/config.md": config_page,
     "reference/components.md": components_page,
     "reference/api.md": api_page,
+    "results/countdown.md": countdown_page,
     "results/sweep-paper.md": sweep_paper_page,
     "results/sweeps.md": sweeps_page,
     "results/benchmarks.md": benchmarks_page,
     "results/scale.md": scale_page,
 }
+
+
+ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
+
+
+def on_page_content(html_text: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs' hook: Sphinx roles left in docstrings (``:mod:`x.y```, which mkdocstrings shows raw)
+    become cross-references, resolved by autorefs where the target is documented, else plain code."""
+
+    def link(match: re.Match) -> str:
+        tilde, target = match.groups()
+        shown = target.rsplit(".", 1)[-1] if tilde else target
+        return f'<autoref optional identifier="{target}"><code>{shown}</code></autoref>'
+
+    return ROLE.sub(link, html_text)
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -361,8 +424,10 @@ def on_files(files: Any, config: Any) -> Any:
 
     for uri, build in PAGES.items():
         files.append(File.generated(config, uri, content=build()))
-    for name in ("sweep_paper", "sweep_tiny", "sweep_small"):
-        for png in sorted((RESULTS / name).glob("*.png")):
+    for name, folder in [("countdown", RESULTS / "countdown" / "sweep")] + [
+        (n, RESULTS / n) for n in ("sweep_paper", "sweep_tiny", "sweep_small")
+    ]:
+        for png in sorted(folder.glob("*.png")):
             files.append(File.generated(config, f"results/{name}/{png.name}", content=png.read_bytes()))
     return files
 
