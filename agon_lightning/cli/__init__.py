@@ -10,6 +10,7 @@ status 2 (:mod:`agon_lightning.errors`); ``agon --verbose ...`` shows the traceb
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from importlib.metadata import version
 from typing import Any
@@ -83,6 +84,11 @@ def main(argv: list[str] | None = None) -> None:
             "importing transformers; nothing here uses them: pip uninstall -y torchvision torchaudio torchcodec",
         )
     reuse_freed_memory()  # CPU steps reuse freed activations instead of re-faulting them (AGON_MALLOC)
+    # Import paths a config names (a reward function in my_pkg/rewards.py, a plugin class) resolve from
+    # the working directory too, as under `python -m` or `python train.py`: a console script has no
+    # working directory on sys.path of its own.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     module_name, function = COMMANDS[command][0].split(":")
     run = getattr(importlib.import_module(module_name), function)
     with reporting_usage_errors(f"agon {command}"):
