@@ -89,7 +89,9 @@ def _model_objects(
             f"{', '.join(sorted(options))} (and {', '.join(TRL_NAMES)}, data)"
         )
     if reward_weights is not None and reward_funcs is None:
-        raise UsageError("from_config: reward_weights without reward_funcs; give both, as to TRL's GRPOTrainer")
+        raise UsageError(
+            "from_config: reward_weights without reward_funcs; give both, as to TRL's GRPOTrainer"
+        )
     if reward_funcs is not None:
         taken = sorted({"verifier", "reward"} & set(components))
         if taken:
