@@ -1,6 +1,6 @@
 """The callbacks every training run gets, from one place.
 
-A run needs its checkpoint bundle (saved on a signal, resumable), progress lines where stdout is
+A run needs a line on its model, its checkpoint bundle (saved on a signal, resumable), progress lines where stdout is
 a log file, the validation report with ``outcomes.jsonl``, trace-length and divergence
 monitoring, sample games and a last word on where all of it went. Listing them in each config
 let configs drop them by accident (the real-model configs carried none), so ``agon fit`` adds
@@ -22,10 +22,12 @@ from .outputs import RunOutputs
 from .progress_log import ProgressLog
 from .report import ValidationReport
 from .samples import SampleTable
+from .summary import AdapterSummary
 from .trace_length import TraceLengthMonitor
 
 # The standard set, in the order the trainer runs them (RunOutputs last: it reports the others' files).
 STANDARD: tuple[type[L.Callback], ...] = (
+    AdapterSummary,
     ProgressLog,
     ValidationReport,
     TraceLengthMonitor,

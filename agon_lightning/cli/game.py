@@ -40,11 +40,14 @@ def default_loggers(save_dir: str) -> list[Any]:
 
 
 class _NoAdverts(logging.Filter):
-    """Drops Lightning's "💡 Tip: try installing ..." lines: suggestions of other products, not of anything
-    this run could do differently."""
+    """Drops Lightning's "💡 Tip: try installing ..." lines (suggestions of other products, not of anything
+    this run could do differently) and its note that a model summary callback is already configured
+    (ours, :class:`~agon_lightning.callbacks.summary.AdapterSummary`, in every fit)."""
+
+    DROPPED = ("💡 Tip:", "Trainer already configured with model summary callbacks")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip:")
+        return not str(record.msg).startswith(self.DROPPED)
 
 
 def quiet_lightning_internals() -> None:
@@ -104,7 +107,12 @@ class AgonCLI(BaseCLI):
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
         if self.subcommand in (None, "fit"):  # a training run: the standard callbacks, once each
-            skip = self._get(self.config, "skip_callbacks", default=None) or []
+            skip = list(self._get(self.config, "skip_callbacks", default=None) or [])
+            # Lightning refuses a summary or a checkpoint callback where the trainer turns them off.
+            if trainer_config.get("enable_model_summary") is False:
+                skip.append("AdapterSummary")
+            if trainer_config.get("enable_checkpointing") is False:
+                skip.append("AgonCheckpoint")
             configured = [cb for cb in trainer_config.get("callbacks") or [] if type(cb).__name__ not in skip]
             try:
                 kwargs["callbacks"] = configured + standard_callbacks(configured, skip)
