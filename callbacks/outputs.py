@@ -56,11 +56,12 @@ class RunOutputs(L.Callback):
         self._printed = False
 
     def _print(self, trainer: L.Trainer) -> None:
-        if self._printed or not trainer.is_global_zero:
+        run_dir = self._run_dir.located  # found in setup (a collective); a run that failed before it has none
+        if self._printed or run_dir is None or not trainer.is_global_zero:
             return
         self._printed = True
         dirs = [Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)]
-        lines = output_lines(self._run_dir.locate(trainer), dirs)
+        lines = output_lines(run_dir, dirs)
         if lines:
             print("\nOutputs of this run:\n" + "\n".join(lines), flush=True)
 

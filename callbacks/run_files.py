@@ -35,6 +35,11 @@ class RunDir:
     def __init__(self) -> None:
         self._path: Path | None = None
 
+    @property
+    def located(self) -> Path | None:
+        """The run directory once :meth:`locate` has found it (no collective), else ``None``."""
+        return self._path
+
     def locate(self, trainer: L.Trainer) -> Path:
         """The run directory; the first call is a collective, so make it on every rank (in ``setup``)."""
         if self._path is None:

@@ -345,13 +345,16 @@ def test_the_reference_pages_hold_every_command_option_and_component(generated):
     for name in inspect.signature(AgonModule.__init__).parameters:
         if name != "self":
             assert f"| `model.{name}` |" in config, name
-    assert "| `model.grpo.num_generations` | `int` | `8` | N, rollouts per problem" in config
+    assert "| `model.grpo.num_generations` | <code>int</code> | <code>8</code> | N, rollouts per problem" in config
+    # a type with a union and a lazy default render as themselves (not `float \\| None`, `_LazyInitBaseClass()`)
+    assert "| `model.max_grad_norm` | <code>float &#124; None</code> |" in config
+    assert "<code>CompetitiveReward()</code>" in config and "_LazyInitBaseClass" not in config
     assert GRPOOptions.__dataclass_fields__.keys() <= {
         line.split("`")[1].removeprefix("model.grpo.")
         for line in config.splitlines()
         if line.startswith("| `model.grpo.")
     }
-    assert "### ProgressLog" in config and "`init_args.every_n_steps` | `int` | `5`" in config
+    assert "### ProgressLog" in config and "`init_args.every_n_steps` | <code>int</code> | <code>5</code>" in config
     components = generated["reference/components.md"]
     for group in GROUPS:
         assert f"## `{group}`" in components
@@ -364,6 +367,11 @@ def test_the_reference_pages_hold_every_command_option_and_component(generated):
 
 
 def test_the_results_pages_carry_the_committed_tables(generated):
+    countdown = generated["results/countdown.md"]
+    for table in ("paper_table.md", "endpoints.md"):
+        committed = (ROOT / "benchmarks/results/countdown/sweep" / table).read_text()
+        assert committed.splitlines()[-1] in countdown, table
+    assert "*distinct* held-out problems" in countdown and "**by draws**" in countdown
     paper = generated["results/sweep-paper.md"]
     committed = (ROOT / "benchmarks/results/sweep_paper/paper_table.md").read_text()
     assert committed.splitlines()[-1] in paper  # the table's last row, as committed

@@ -128,7 +128,7 @@ def options(cls: type) -> list[tuple[str, str, str, str, Any]]:
 def code_cell(text: str) -> str:
     """``text`` as inline code inside a table cell: HTML, so a ``|`` (``float | None``) shows as itself
     (a backslash-escaped pipe inside backticks would show its backslash)."""
-    return "<code>" + html.escape(text).replace("|", "&#124;") + "</code>"
+    return "<code>" + html.escape(text, quote=False).replace("|", "&#124;") + "</code>"
 
 
 def options_table(cls: type, prefix: str) -> list[str]:
