@@ -75,3 +75,18 @@ def test_a_plain_lightning_trainer_gets_the_same_set_from_python():
     assert names == [cls.__name__ for cls in STANDARD]
     mine = DivergenceMonitor(every_n_steps=50)
     assert [cb for cb in standard_callbacks([mine]) if isinstance(cb, DivergenceMonitor)] == []
+
+
+@pytest.mark.parametrize("config", ["sft_tiny.yaml", "sft_countdown.yaml"])
+def test_the_sft_configs_keep_a_last_checkpoint_that_agon_sft_resumes_from(config, tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from agon_lightning.training.sft import SFTCLI, SFTDataModule, SFTModule
+
+    cli = SFTCLI(
+        SFTModule, SFTDataModule, run=False,
+        args=["--config", str(ROOT / "configs" / config), "--trainer.logger=false", "--ckpt_path=last"],
+    )  # fmt: skip
+    (checkpoint,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+    assert checkpoint.save_last
+    assert cli.config["ckpt_path"] == "last"  # what sft_main hands to fit

@@ -256,7 +256,18 @@ class StopAtThreshold(L.Callback):
 
 
 class SFTCLI(BaseCLI):
-    """LightningCLI for :class:`SFTModule` and :class:`SFTDataModule` (``--threads`` and errors from BaseCLI)."""
+    """LightningCLI for :class:`SFTModule` and :class:`SFTDataModule` (``--threads`` and errors from BaseCLI),
+    with ``--ckpt_path`` to resume a run (``last``: the shipped configs' ``last.ckpt``)."""
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        super().add_arguments_to_parser(parser)
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="resume from this checkpoint; `last`: the ModelCheckpoint's last.ckpt (the shipped SFT configs "
+            "write one every 50 steps)",
+        )
 
 
 def sft_main(args: list[str] | None = None) -> None:
@@ -279,4 +290,4 @@ def sft_main(args: list[str] | None = None) -> None:
             "Start from: agon sft --config agon:sft_tiny.yaml --model.output_dir runs/tiny-qwen3",
         },
     )
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
