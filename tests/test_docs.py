@@ -345,7 +345,10 @@ def test_the_reference_pages_hold_every_command_option_and_component(generated):
     for name in inspect.signature(AgonModule.__init__).parameters:
         if name != "self":
             assert f"| `model.{name}` |" in config, name
-    assert "| `model.grpo.num_generations` | <code>int</code> | <code>8</code> | N, rollouts per problem" in config
+    assert (
+        "| `model.grpo.num_generations` | <code>int</code> | <code>8</code> | N, rollouts per problem"
+        in config
+    )
     # a type with a union and a lazy default render as themselves (not `float \\| None`, `_LazyInitBaseClass()`)
     assert "| `model.max_grad_norm` | <code>float &#124; None</code> |" in config
     assert "<code>CompetitiveReward()</code>" in config and "_LazyInitBaseClass" not in config
@@ -354,7 +357,10 @@ def test_the_reference_pages_hold_every_command_option_and_component(generated):
         for line in config.splitlines()
         if line.startswith("| `model.grpo.")
     }
-    assert "### ProgressLog" in config and "`init_args.every_n_steps` | <code>int</code> | <code>5</code>" in config
+    assert (
+        "### ProgressLog" in config
+        and "`init_args.every_n_steps` | <code>int</code> | <code>5</code>" in config
+    )
     components = generated["reference/components.md"]
     for group in GROUPS:
         assert f"## `{group}`" in components

@@ -152,10 +152,18 @@ def test_several_functions_sum_with_weights_and_none_drops_out():
 
 
 def test_the_correctness_rule_reads_one_named_value_or_the_total():
-    by_format = RewardFunctionVerifier([graded_accuracy, half_format], correct_if="half_format", threshold=0.5)
-    assert [x.correct for x in by_format.verify_batch(["<answer>9</answer>", "7"], TRL_ROWS[:2])] == [True, False]
+    by_format = RewardFunctionVerifier(
+        [graded_accuracy, half_format], correct_if="half_format", threshold=0.5
+    )
+    assert [x.correct for x in by_format.verify_batch(["<answer>9</answer>", "7"], TRL_ROWS[:2])] == [
+        True,
+        False,
+    ]
     by_total = RewardFunctionVerifier([graded_accuracy, half_format], correct_if="total", threshold=1.5)
-    assert [x.correct for x in by_total.verify_batch(["<answer>2</answer>", "2"], TRL_ROWS[:2])] == [True, False]
+    assert [x.correct for x in by_total.verify_batch(["<answer>2</answer>", "2"], TRL_ROWS[:2])] == [
+        True,
+        False,
+    ]
     with pytest.raises(ValueError, match="correct_if must be one of"):
         RewardFunctionVerifier([graded_accuracy], correct_if="accuracy")
 
@@ -186,7 +194,9 @@ def test_conversational_problems_get_message_lists_as_trl_passes_them():
         seen.update(prompts=prompts, completions=completions)
         return [1.0] * len(completions)
 
-    chat = Problem.from_messages([{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"}])
+    chat = Problem.from_messages(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"}]
+    )
     RewardFunctionVerifier(grab).verify_batch(["<answer>2</answer>"], [chat])
     assert seen["prompts"] == [chat.messages]
     assert seen["completions"] == [[{"role": "assistant", "content": "<answer>2</answer>"}]]
@@ -209,7 +219,9 @@ def test_a_graded_verifier_beside_a_reward_that_pays_only_c_is_refused():
     with pytest.raises(ValueError, match="--model.reward=graded"):
         AgonModule(verifier=graded, reward=CompetitiveReward())
     AgonModule(verifier=graded, reward=GradedReward())  # accepted
-    AgonModule(verifier=RewardFunctionVerifier(graded_accuracy), reward=CompetitiveReward())  # one 0/1 function
+    AgonModule(
+        verifier=RewardFunctionVerifier(graded_accuracy), reward=CompetitiveReward()
+    )  # one 0/1 function
 
 
 def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():

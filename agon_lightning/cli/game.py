@@ -65,7 +65,9 @@ def quiet_lightning_internals() -> None:
     if not any(isinstance(f, _NoAdverts) for f in rank_zero.filters):
         rank_zero.addFilter(_NoAdverts())
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning
+    )
     if not sys.stderr.isatty():
         from transformers.utils import logging as transformers_logging
 
