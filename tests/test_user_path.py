@@ -14,12 +14,15 @@ is the code the suite tests.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from agon_lightning.adapters.policy import resolve_model_path
 from agon_lightning.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,12 +67,24 @@ def write_dataset(path: Path) -> list[dict]:
     return rows
 
 
-def fit_args(model_dir: Path, data: Path, root: Path, steps: int) -> list[str]:
+# The rollout backend and its lengths: transformers in the main suite; the config's own vLLM engine in
+# the vLLM stage (CPU: eager, a small KV cache, the tiny model's context).
+BACKENDS = {
+    "hf": ["--model.rollout=HFRollout", "--model.rollout.init_args.max_new_tokens=8"],
+    "vllm": [
+        "--model.rollout=vllm", "--model.rollout.init_args.max_new_tokens=8",
+        "--model.rollout.init_args.max_model_len=512", "--model.rollout.init_args.kv_cache_memory_gib=0.25",
+        "--model.rollout.init_args.enforce_eager=true",
+    ],
+}  # fmt: skip
+
+
+def fit_args(model_dir: Path, data: Path, root: Path, steps: int, backend: str = "hf") -> list[str]:
     return [
         "fit", "--config", str(CONFIG),
         # the model, the device, the dtype, the lengths, the rollout backend
         f"--model.model_name_or_path={model_dir}", "--trainer.accelerator=cpu", "--model.dtype=float32",
-        "--model.rollout=HFRollout", "--model.rollout.init_args.max_new_tokens=8",
+        *BACKENDS[backend],
         # the user's data
         "--data=files", f"--data.init_args.train_source={data}", "--data.init_args.val_size=4",
         "--data.init_args.val_batch_size=4",
@@ -95,11 +110,30 @@ def user_setup(tiny_model_dir, tmp_path, monkeypatch):
     return tmp_path, rows, log
 
 
+def agon_fit(args: list[str], backend: str) -> None:
+    """``agon ARGS``: in this process with transformers; with vLLM as the installed command, a process per
+    run (a second in-process engine after the first breaks vLLM's process-group map)."""
+    if backend == "hf":
+        main(args)
+        return
+    agon = shutil.which("agon", path=str(Path(sys.executable).parent)) or shutil.which("agon")
+    done = subprocess.run([agon, *args], capture_output=True, text=True, timeout=900, cwd=args_dir(args))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def args_dir(args: list[str]) -> str:
+    return next(a.split("=", 1)[1] for a in args if a.startswith("--trainer.default_root_dir="))
+
+
 @pytest.mark.slow
-def test_a_trl_users_data_rewards_and_model_train_resume_and_serve(user_setup, tiny_model_dir):
+@pytest.mark.parametrize("backend", ["hf", pytest.param("vllm", marks=pytest.mark.vllm)])
+def test_a_trl_users_data_rewards_and_model_train_resume_and_serve(user_setup, tiny_model_dir, backend):
     tmp_path, rows, log = user_setup
+    if backend == "vllm":  # vLLM's CPU attention has no kernel for the test model's head_dim of 8
+        tiny_model_dir = shutil.copytree(resolve_model_path("agon:tiny-qwen3"), tmp_path / "tiny-qwen3")
     root = tmp_path / "run"
-    main(fit_args(tiny_model_dir, tmp_path / "train.jsonl", root, steps=2))
+    root.mkdir()
+    agon_fit(fit_args(tiny_model_dir, tmp_path / "train.jsonl", root, steps=2, backend=backend), backend)
 
     # What the reward functions received: TRL's signature, every column under its own name.
     calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -128,7 +162,7 @@ def test_a_trl_users_data_rewards_and_model_train_resume_and_serve(user_setup, t
     assert {"reward/accuracy/mean", "reward/brevity/mean", "reward/accuracy/std"} <= set(metrics), metrics
 
     # --ckpt_path last resumes the run where it stopped: one more step, not three.
-    main([*fit_args(tiny_model_dir, tmp_path / "train.jsonl", root, steps=3), "--ckpt_path=last"])
+    agon_fit([*fit_args(tiny_model_dir, tmp_path / "train.jsonl", root, steps=3, backend=backend), "--ckpt_path=last"], backend)
     assert json.loads((bundle / "agon.json").read_text())["step"] == 3
 
     # agon serve on the bundle answers the openai client.
