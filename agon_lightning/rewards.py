@@ -259,8 +259,9 @@ class GradedReward(Reward):
       ``c(b)·(1 − c(a))`` or the margin ``c(b) − c(a)``.
 
     Args:
-        conversion_bonus: λ. The default 0.5 keeps the paper's ratio λ/w_c = 1/2 against a 0/1
-            accuracy function at weight 1 (the paper: w_c = 2, λ = 1).
+        conversion_bonus: λ, 1 as in :class:`CompetitiveReward` (a switch from it keeps its value). The
+            paper's reward is an accuracy function at weight 2, a format function at 0.5 and λ = 1;
+            with accuracy at weight 1, λ = 0.5 keeps the paper's ratio λ/w_c = 1/2.
         length_tiebreak: τ, paid when both are right and the challenger is shorter.
         form: ``bonus`` (the paper's Agon) or ``margin`` (its reward-form ablation).
     """
@@ -269,7 +270,7 @@ class GradedReward(Reward):
 
     def __init__(
         self,
-        conversion_bonus: float = 0.5,
+        conversion_bonus: float = 1.0,
         length_tiebreak: float = 0.0,
         form: Literal["bonus", "margin"] = "bonus",
     ) -> None:

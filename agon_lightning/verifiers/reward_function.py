@@ -11,7 +11,7 @@ unchanged, chosen from YAML by import path::
         reward_funcs: [my_pkg.rewards.accuracy, my_pkg.rewards.format]
         reward_weights: [1.0, 0.5]
         correct_if: accuracy      # c = accuracy >= threshold: what the conversion bonus reads
-    reward: graded              # pays the weighted sum (GradedReward)
+    reward: GradedReward        # pays the weighted sum (--model.reward=graded)
 
 What the functions receive: ``prompts`` as the dataset holds them (chat messages for a
 conversational prompt, ``Problem.messages``; the text otherwise), ``completions`` as TRL passes
@@ -108,14 +108,16 @@ class RewardFunctionVerifier(Verifier):
 
     def __init__(
         self,
-        reward_funcs: str | Callable[..., Any] | Sequence[str | Callable[..., Any]] | None = None,
+        # Import paths in the signature (what a config holds, and what --print_config and config.yaml write
+        # back); from Python, callables too.
+        reward_funcs: str | list[str] | None = None,
         reward_weights: Sequence[float] | None = None,
         correct_if: str | None = None,
         threshold: float = 1.0,
         score_range: tuple[float, float] = (0.0, 1.0),
         answer_column: str = "answer",
         conversational: bool | None = None,
-        function: str | Callable[..., Any] | None = None,
+        function: str | None = None,
     ) -> None:
         if (reward_funcs is None) == (function is None):
             raise ValueError(
