@@ -41,6 +41,7 @@ def test_the_config_is_built_with_the_scripts_data_and_reward_functions(dataset,
         train_dataset=dataset, reward_funcs=[accuracy, brevity], reward_weights=[1.0, 0.1],
     )  # fmt: skip
     assert isinstance(model.verifier, RewardFunctionVerifier) and isinstance(model.reward, GradedReward)
+    assert (model.reward.conversion_bonus, model.reward.form) == (1.0, "bonus")  # the config's λ and form
     assert model.verifier.names == ["accuracy", "brevity"] and model.verifier.reward_weights == [1.0, 0.1]
     assert type(data).__name__ == "DatasetDataModule" and data.batch_size == 16  # the config's batch size
     assert len(data.train_problems) == 30 and len(data.val_problems) == 6  # the test split is held out
@@ -48,6 +49,14 @@ def test_the_config_is_built_with_the_scripts_data_and_reward_functions(dataset,
     assert trainer.max_steps == 2
     kinds = {type(cb) for cb in trainer.callbacks}
     assert all(any(issubclass(k, cls) for k in kinds) for cls in STANDARD)  # the same run agon fit builds
+
+
+def test_the_configs_competitive_settings_carry_over_to_the_graded_reward(dataset, tmp_path):
+    model, _, _ = from_config(
+        "agon:agon.yaml", "--model.reward.init_args.conversion_bonus=0.25", "--model.reward.init_args.form=margin",
+        f"--trainer.default_root_dir={tmp_path}", train_dataset=dataset, reward_funcs=[accuracy],
+    )  # fmt: skip
+    assert (model.reward.conversion_bonus, model.reward.form) == (0.25, "margin")
 
 
 def test_any_module_option_takes_an_object_or_a_value(tmp_path):

@@ -105,7 +105,10 @@ def _model_objects(
         components = {
             **components,
             "verifier": RewardFunctionVerifier(reward_funcs=reward_funcs, reward_weights=reward_weights),
-            "reward": GradedReward(),
+            # the config's λ, τ and form carry over, as when --model.reward=graded switches class
+            "reward": _FromConfig(
+                lambda config: GradedReward(**_init_args_for(GradedReward, config, "model.reward"))
+            ),
         }
     return {f"model.{name}": value for name, value in components.items()}
 
@@ -146,7 +149,8 @@ class _PythonCLI(AgonCLI):
         elif self._data is not None:  # train_dataset: built with the config's batch sizes
             self._objects["data"] = self._data(_batch_sizes(self.config))
         for key, value in self._objects.items():
-            self.config[key] = value
+            self.config[key] = value.build(self.config) if isinstance(value, _FromConfig) else value
+        self._objects = {key: self.config[key] for key in self._objects}
         super().instantiate_classes()
         # config.yaml in the run directory records each object as a bundle does: class_path + public attributes
         for key, value in self._objects.items():
@@ -170,6 +174,20 @@ class _RecordedConfig(SaveConfigCallback):
             text = self.parser.dump(self.config, skip_validation=True)
             (Path(log_dir) / self.config_filename).write_text(text)
         self.already_saved = True
+
+
+class _FromConfig:
+    """An object built once the config is parsed, from what it says (``build(config)``)."""
+
+    def __init__(self, build: Callable[[Namespace], Any]) -> None:
+        self.build = build
+
+
+def _init_args_for(cls: type, config: Namespace, key: str) -> dict[str, Any]:
+    """The config's ``KEY.init_args`` that ``cls`` accepts (what jsonargparse keeps on a switch of class)."""
+    init = config.get(f"{key}.init_args") or Namespace()
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    return {k: v for k, v in vars(init).items() if k in accepted}
 
 
 def _batch_sizes(config: Namespace) -> dict[str, Any]:
