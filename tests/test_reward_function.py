@@ -233,5 +233,5 @@ def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():
         Verdict(False, rewards={"acc": 0.0, "fmt": 0.5}),
     ]
     assert function_metrics("reward/", verdicts) == {
-        "reward/acc/mean": 0.5, "reward/acc/std": 0.5, "reward/fmt/mean": 0.5, "reward/fmt/std": 0.0,
+        "reward/acc/mean": 0.5, "reward/acc/std": 0.5**0.5, "reward/fmt/mean": 0.5, "reward/fmt/std": 0.0,
     }  # fmt: skip

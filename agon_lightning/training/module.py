@@ -882,7 +882,8 @@ def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
         )
         if values.numel():
             out[f"{prefix}{name}/mean"] = float(values.mean())
-            out[f"{prefix}{name}/std"] = float(values.std(unbiased=False))
+            # TRL's nanstd: Bessel-corrected (÷ n − 1); one value has no spread
+            out[f"{prefix}{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
     return out
 
 
