@@ -158,6 +158,15 @@ def challenger_reward(
     return {"reward": reward, "competitive": k, "tiebreak": tie}
 
 
+def cut_value(outcome: RoleOutcome) -> float | None:
+    """A graded value of ``outcome`` other than 0 and 1 (what a reward paying only c leaves out), or ``None``."""
+    if outcome.graded is None:
+        return None
+    values = outcome.graded[~torch.isnan(outcome.graded)]
+    cut = values[(values != 0) & (values != 1)]
+    return float(cut[0]) if cut.numel() else None
+
+
 def format_scores(check: FormatCheck | None, texts: Sequence[str]) -> Tensor:
     """φ of each text (zeros without a check)."""
     if check is None:

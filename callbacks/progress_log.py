@@ -2,7 +2,8 @@
 
 ``agon fit ... > log 2>&1`` (SLURM, nohup, CI) has no terminal, so the progress bar draws
 nothing between the model summary and the final table. Where stdout is not a terminal this
-prints, every ``every_n_steps`` training steps and after the last one, one line:
+turns the bar off and prints instead, every ``every_n_steps`` training steps and after the last
+one, one line:
 
     step 10/60 | draft alpha/beta: reward 0.412 pass 0.375 | challenge alpha/beta: reward 0.603 pass 0.550 | conversion 0.286 | 2.41 s/step | 2m00s left
 
@@ -76,6 +77,9 @@ def progress_line(
             parts.append(f"{role} {roles.get(role, '?')}: " + " ".join(stats))
     if "train/conversion_rate" in means:
         parts.append(f"conversion {means['train/conversion_rate']:.3f}")
+    # No role (agon sft): its loss. The game's GRPO surrogate loss says little, so it is left out.
+    if len(parts) == 1 and "train/loss" in means:
+        parts.append(f"loss {means['train/loss']:.3f}")
     parts.append(f"{seconds_per_step:.2f} s/step")
     if total:
         parts.append(f"{duration(max(total - step, 0) * seconds_per_step)} left")
@@ -99,8 +103,9 @@ class ProgressLog(L.Callback):
     Args:
         every_n_steps: A line after steps k, 2k, ... and after the last step (Lightning's
             steps, as in ``metrics.csv``: optimizer steps, ``num_iterations`` per batch).
-        when: ``no_terminal`` (print only when stdout is not a terminal: beside the progress
-            bar, which draws only on one), ``always`` or ``never``.
+        when: ``no_terminal`` (print, and turn the progress bar off, only where stdout is
+            neither a terminal nor a notebook's: where the bar draws, it stays), ``always``
+            (print on a terminal too, beside the bar) or ``never``.
     """
 
     def __init__(
@@ -124,7 +129,15 @@ class ProgressLog(L.Callback):
         """Whether this process prints: global zero, and ``when`` allows it here."""
         if self.when == "never" or not trainer.is_global_zero:
             return False
-        return self.when == "always" or not sys.stdout.isatty()
+        return self.when == "always" or not bar_draws()
+
+    def setup(self, trainer: L.Trainer, pl_module: AgonModuleView, stage: str) -> None:
+        # Where these lines stand in for the bar, the bar draws nothing useful: Rich prints its
+        # last frame at teardown, below the run's closing list of outputs, and tqdm writes a
+        # carriage-return redraw per step. Off, through the public ProgressBar API.
+        bar = trainer.progress_bar_callback
+        if stage == "fit" and bar is not None and self.enabled(trainer) and not bar_draws():
+            bar.disable()
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: AgonModuleView) -> None:
         self._evaluations_printed = 0
@@ -152,7 +165,7 @@ class ProgressLog(L.Callback):
             if key.startswith("train/"):
                 self._sums[key] += float(value)
                 self._counts[key] += 1
-        record = pl_module.last_record
+        record = getattr(pl_module, "last_record", None)  # the game's; agon sft's module has none
         if record is not None:
             self._adapters["draft"].add(record.draft.adapter)
             if record.challenge is not None:
@@ -185,6 +198,11 @@ class ProgressLog(L.Callback):
         if self.enabled(trainer):
             for step, metrics in new:
                 print(evaluation_line(step, metrics), flush=True)
+
+
+def bar_draws() -> bool:
+    """Whether a progress bar draws live here: stdout is a terminal, or a Jupyter kernel's (a notebook)."""
+    return sys.stdout.isatty() or "ipykernel" in sys.modules
 
 
 def total_steps(trainer: L.Trainer) -> int | None:

@@ -42,7 +42,7 @@ class ValidationReport(L.Callback):
         (out / "report.md").write_text(table + "\n")
         plot = plot_validation(history, out / self.filename, pl_module.evaluator.deployed_key)
         write_outcomes(out, pl_module.evaluator.last_outcomes)
-        print(f"\nHeld-out validation, start vs end (greedy pass@1, mean tokens):\n{table}\nplot: {plot}\n")
+        print(f"\nHeld-out validation, start vs end (greedy pass@1, mean tokens):\n{table}\nplot: {plot}")
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: AgonModuleView) -> None:
         if trainer.state.fn != "validate":

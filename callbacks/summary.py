@@ -15,7 +15,8 @@ from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 
 class AdapterSummary(ModelSummary):
-    """``model: 1.4 M parameters, 360 K of them trainable (25.7%: the adapters), 5.6 MB``."""
+    """``model: 1.4 M parameters, 360 K of them trainable (25.7%: the adapters), 5.6 MB``
+    (``all of them trainable`` where nothing is frozen, as in ``agon sft``)."""
 
     def __init__(self) -> None:
         super().__init__(max_depth=1)
@@ -31,9 +32,12 @@ class AdapterSummary(ModelSummary):
         **summarize_kwargs: Any,
     ) -> None:
         share = trainable_parameters / total_parameters if total_parameters else 0.0
+        trainable = (
+            "all of them trainable"  # agon sft trains the whole model
+            if trainable_parameters == total_parameters
+            else f"{get_human_readable_count(int(trainable_parameters))} of them trainable ({share:.1%}: the adapters)"
+        )
         print(
-            f"model: {get_human_readable_count(int(total_parameters))} parameters, "
-            f"{get_human_readable_count(int(trainable_parameters))} of them trainable ({share:.1%}: the adapters), "
-            f"{model_size:.1f} MB",
+            f"model: {get_human_readable_count(int(total_parameters))} parameters, {trainable}, {model_size:.1f} MB",
             flush=True,
         )

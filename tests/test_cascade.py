@@ -253,19 +253,27 @@ def test_api_rejects_empty_questions_and_unknown_drafters(fitted):
         cascade.solve(["1+1="], drafter="gamma")
 
 
-def test_rows_the_verifier_cannot_judge_keep_their_answers(fitted, tmp_path, capsys):
-    """A bundle trained with reasoning-gym's verifier, given plain question/answer rows (no task metadata)."""
+REWARD_FUNCTIONS = "agon_lightning.verifiers.reward_function.RewardFunctionVerifier"
+
+
+def with_verifier(bundle, tmp_path, class_path, init_args):
+    """A copy of ``bundle`` under ``tmp_path`` whose ``agon.json`` names another verifier."""
     import shutil
 
-    _, bundle, _, _ = fitted
-    copy = tmp_path / "rg_bundle"
+    copy = tmp_path / "bundle_copy"
+    shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(bundle, copy)
     meta = json.loads((copy / "agon.json").read_text())
-    meta["verifier"] = {
-        "class_path": "agon_lightning.verifiers.reasoning_gym.ReasoningGymVerifier",
-        "init_args": {},
-    }
+    meta["verifier"] = {"class_path": class_path, "init_args": init_args}
     (copy / "agon.json").write_text(json.dumps(meta))
+    return copy
+
+
+def test_rows_the_verifier_cannot_judge_keep_their_answers(fitted, tmp_path, capsys):
+    """A bundle trained with reasoning-gym's verifier, given plain question/answer rows (no task metadata)."""
+    copy = with_verifier(
+        fitted[1], tmp_path, "agon_lightning.verifiers.reasoning_gym.ReasoningGymVerifier", {}
+    )
     source = tmp_path / "mine.jsonl"
     source.write_text(
         "".join(json.dumps({"question": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6))
@@ -286,6 +294,31 @@ def test_rows_the_verifier_cannot_judge_keep_their_answers(fitted, tmp_path, cap
     assert "6 could not be judged" in streams.out and "6 rows could not be judged" in streams.err
     results = Cascade.from_pretrained(copy).solve([Problem(question="1+1=", answer="2"), "2+2="])
     assert results[0].verdict.reason.startswith("unverifiable") and results[1].verdict is None
+
+
+def test_a_bundle_whose_reward_functions_were_defined_in_the_script_still_answers(fitted, tmp_path, capsys):
+    """A script's own reward functions are recorded as ``__main__.<name>``, which no other process imports."""
+    copy = with_verifier(fitted[1], tmp_path, REWARD_FUNCTIONS, {"reward_funcs": ["__main__.accuracy"]})
+    source = tmp_path / "mine.jsonl"
+    source.write_text(
+        "".join(json.dumps({"prompt": f"{i}+{i}=", "solution": str(2 * i)}) + "\n" for i in range(3))
+    )
+    out = tmp_path / "out.jsonl"
+    main(["predict", "--bundle", str(copy), "--input", str(source), "--output", str(out)])
+    records = read_jsonl(out)
+    assert all(r["final"] is not None for r in records)
+    assert all("cannot import reward function '__main__.accuracy'" in r["verdict"]["reason"] for r in records)
+    assert all(r["verdict"]["reason"].startswith("unverifiable") for r in records)
+    assert "3 rows could not be judged" in capsys.readouterr().err
+    (answered,) = Cascade.from_pretrained(copy).solve(["2+2="])  # a bare question: answered, not graded
+    assert answered.final.final and answered.verdict is None
+    # The same function in a module: the bundle grades with it, from the input's own columns.
+    copy = with_verifier(
+        fitted[1], tmp_path, REWARD_FUNCTIONS, {"reward_funcs": ["test_reward_function.graded_accuracy"]}
+    )
+    main(["predict", "--bundle", str(copy), "--input", str(source), "--output", str(out)])
+    graded = read_jsonl(out)
+    assert len(graded) == 3 and {r["verdict"]["reason"] for r in graded} <= {"ok", "wrong_answer"}
 
 
 def test_api_takes_mappings_like_problems_or_names_what_it_takes(fitted):

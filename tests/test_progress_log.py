@@ -6,7 +6,6 @@ import re
 
 import lightning as L
 import pytest
-import yaml
 from test_module import make_module
 
 from agon_lightning.callbacks import ProgressLog
@@ -110,9 +109,17 @@ def test_on_a_terminal_or_when_never_it_prints_nothing(tiny_model_dir, tmp_path,
     assert not re.search(r"^(eval )?step \d", out, flags=re.M), out
 
 
-def test_the_default_config_turns_it_on():
-    from pathlib import Path
+@pytest.mark.parametrize("terminal", [False, True])
+def test_in_a_log_it_turns_the_progress_bar_off_and_on_a_terminal_leaves_it(monkeypatch, terminal):
+    # Lightning's default bar (Rich) would print its last frame below the run's closing lines.
+    monkeypatch.setattr("sys.stdout.isatty", lambda: terminal)
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False
+    )
+    ProgressLog().setup(trainer, None, "fit")
+    assert trainer.progress_bar_callback.is_enabled is terminal
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "agon.yaml").read_text())
-    paths = [c["class_path"] for c in config["trainer"]["callbacks"]]
-    assert "agon_lightning.callbacks.ProgressLog" in paths
+
+def test_an_sft_line_shows_the_loss():
+    line = progress_line(50, 4000, {"train/loss": 1.23456}, {}, 0.2)
+    assert line == "step 50/4000 | loss 1.235 | 0.20 s/step | 13m10s left"

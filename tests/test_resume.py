@@ -224,4 +224,6 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes_exactly(
     assert code == 128 + signum, f"exit code {code}:\n{out}"
     assert f"{name}: stopped after step {stop_after}; resumable checkpoint" in out, out
     assert "Traceback" not in out, out
+    # the run's last lines still say where its bundle is, and how to resume
+    assert f"Outputs of this run:\n  {root / 'checkpoints' / 'last'}  (the last bundle" in out, out
     assert_resumes_exactly(tiny_model_dir, root, straight(), stop_after)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_an_async_reward_is_awaited_thresholded_and_scored():
     assert asyncio.run(inside_a_running_loop()).correct
 
 
-def test_errors_name_the_function_and_rows_it_fails_on():
+def test_errors_name_the_function_and_rows_it_fails_on(caplog):
     with pytest.raises(ValueError, match="requires \\['trainer_state'\\]"):
         RewardFunctionVerifier(needs_state)
     with pytest.raises(ValueError, match="cannot import reward function 'test_reward_function.nope'"):
@@ -96,6 +97,7 @@ def test_errors_name_the_function_and_rows_it_fails_on():
     verdicts = verifier.verify_batch(["fine", "boom", "ok"], PROBLEMS)
     assert [v.correct for v in verdicts] == [True, False, True]
     assert verdicts[1].reason == "reward_error: RuntimeError: cannot score boom"
+    assert "row 1 failed in the reward functions (test_reward_function.picky)" in caplog.text
     with pytest.raises(RuntimeError, match="cannot score boom"):  # every row fails: a bug, not model output
         verifier.verify_batch(["boom", "boom"], PROBLEMS[:2])
     wrong_length = RewardFunctionVerifier(lambda completions, **kw: [1.0])
@@ -232,6 +234,41 @@ def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():
         Verdict(True, rewards={"acc": 1.0, "fmt": None}),
         Verdict(False, rewards={"acc": 0.0, "fmt": 0.5}),
     ]
-    assert function_metrics("reward/", verdicts) == {
+    # TRL's nanstd has Bessel's correction: [1, 0] has std sqrt(0.5); one value has none (0 here, NaN in TRL).
+    assert function_metrics("reward/", verdicts) == pytest.approx({
         "reward/acc/mean": 0.5, "reward/acc/std": 0.5**0.5, "reward/fmt/mean": 0.5, "reward/fmt/std": 0.0,
-    }  # fmt: skip
+    })  # fmt: skip
+    three = [Verdict(True, rewards={"acc": x}) for x in (0.0, 0.5, 1.0)]  # deviations -0.5, 0, 0.5
+    assert function_metrics("challenge_reward/", three) == pytest.approx(
+        {"challenge_reward/acc/mean": 0.5, "challenge_reward/acc/std": 0.5}  # sqrt(0.5 / (3 - 1))
+    )
+
+
+def test_a_problem_is_graded_when_it_has_every_column_the_functions_require():
+    v = RewardFunctionVerifier([graded_accuracy, half_format])
+    assert v.grades(TRL_ROWS[0])  # no gold answer needed: the solution column is there
+    assert not v.grades(Problem("1+1"))  # a bare question at deployment: left ungraded, not a failing call
+    assert not v.grades(Problem("1+1", None, {"solution": None}))
+    assert RewardFunctionVerifier(half_format).grades(Problem("1+1"))  # needs no column
+
+
+def test_one_graded_function_beside_a_reward_that_pays_only_c_is_told_once():
+    import torch
+
+    from agon_lightning.rewards import CompetitiveReward, GradedReward, RoleOutcome
+    from agon_lightning.training.module import AgonModule
+
+    def outcome(*graded):
+        n = len(graded)
+        return RoleOutcome(torch.zeros(n), torch.ones(n), ["x"] * n, torch.tensor(graded))
+
+    module = AgonModule(verifier=RewardFunctionVerifier(graded_accuracy), reward=CompetitiveReward())
+    paid = AgonModule(verifier=RewardFunctionVerifier(graded_accuracy), reward=GradedReward())
+    module._tell_if_cut(outcome(1.0, 0.0, float("nan")))  # 0/1 values: c is the whole reward, nothing to say
+    told = r"returned 0.7, not 0 or 1.*\(c = graded_accuracy >= 1\).*--model.reward=graded"
+    with pytest.warns(UserWarning, match=told):
+        module._tell_if_cut(outcome(1.0, 0.7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module._tell_if_cut(outcome(0.3))  # said once
+        paid._tell_if_cut(outcome(0.3))  # a graded reward pays the value: nothing cut

@@ -26,6 +26,7 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from agon_lightning.cli.quiet import quiet_dependency_noise
 from agon_lightning.errors import UsageError, fail, is_verbose, one_line
 from agon_lightning.model_source import check_model_source
 from agon_lightning.registry import (
@@ -130,14 +131,15 @@ def building(err: BaseException) -> tuple[str | None, str | None]:
 
 class BaseCLI(LightningCLI):
     """LightningCLI with :class:`AgonArgumentParser`, plugins loaded, ``--threads``, model and data
-    options first in ``--help``, a base-model check before anything loads, and usage errors as
-    :class:`UsageError`.
+    options first in ``--help``, a base-model check before anything loads, usage errors as
+    :class:`UsageError`, and no dependency noise in the log (:mod:`agon_lightning.cli.quiet`).
     """
 
     model_source_key = "model.model_name_or_path"  # checked by check_model_source before anything loads
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         load_plugins()
+        quiet_dependency_noise()
         kwargs.setdefault("parser_class", AgonArgumentParser)
         kwargs.setdefault("auto_configure_optimizers", False)
         super().__init__(*args, **kwargs)

@@ -6,10 +6,7 @@ and every command that does not train load neither Lightning nor torch.
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
-import warnings
 from typing import Any
 
 import torch
@@ -17,7 +14,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from agon_lightning.callbacks import AgonCheckpoint, standard_callbacks
-from agon_lightning.callbacks.defaults import STANDARD_NAMES
+from agon_lightning.callbacks.defaults import STANDARD_NAMES, trainer_callbacks
 from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.cli.commands import COMMANDS
 from agon_lightning.data.base import ProblemDataModule
@@ -39,41 +36,6 @@ def default_loggers(save_dir: str) -> list[Any]:
     return loggers
 
 
-class _NoAdverts(logging.Filter):
-    """Drops Lightning's "💡 Tip: try installing ..." lines (suggestions of other products, not of anything
-    this run could do differently) and its note that a model summary callback is already configured
-    (ours, :class:`~agon_lightning.callbacks.summary.AdapterSummary`, in every fit)."""
-
-    DROPPED = ("💡 Tip:", "Trainer already configured with model summary callbacks")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.DROPPED)
-
-
-def quiet_lightning_internals() -> None:
-    """Keep out of a run's log what a user cannot act on, narrowly, by message, in this one place.
-
-    - Lightning's product tips (see :class:`_NoAdverts`);
-    - Lightning's own use of a torch pytree API that torch deprecated (``isinstance(treespec,
-      LeafSpec)``, in ``lightning/pytorch/utilities/_pytree.py``): Lightning's code, not the user's;
-    - PEFT's read of transformers' deprecated ``is_gradient_checkpointing`` when it wraps the base
-      (``peft/peft_model.py``): PEFT's code, not the user's;
-    - transformers' "Loading weights" progress bar where stderr is a file (a log, SLURM), where it
-      is one line of carriage returns.
-    """
-    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _NoAdverts) for f in rank_zero.filters):
-        rank_zero.addFilter(_NoAdverts())
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    warnings.filterwarnings(
-        "ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning
-    )
-    if not sys.stderr.isatty():
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-
-
 class AgonCLI(BaseCLI):
     """LightningCLI over :class:`AgonModule` and any :class:`ProblemDataModule`; ``--ckpt_path last``
     must find a checkpoint."""
@@ -83,7 +45,6 @@ class AgonCLI(BaseCLI):
         kwargs.setdefault("datamodule_class", ProblemDataModule)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        quiet_lightning_internals()
         kwargs.setdefault(
             "parser_kwargs",
             {"prog": "agon"}
@@ -109,15 +70,9 @@ class AgonCLI(BaseCLI):
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
         if self.subcommand in (None, "fit"):  # a training run: the standard callbacks, once each
-            skip = list(self._get(self.config, "skip_callbacks", default=None) or [])
-            # Lightning refuses a summary or a checkpoint callback where the trainer turns them off.
-            if trainer_config.get("enable_model_summary") is False:
-                skip.append("AdapterSummary")
-            if trainer_config.get("enable_checkpointing") is False:
-                skip.append("AgonCheckpoint")
-            configured = [cb for cb in trainer_config.get("callbacks") or [] if type(cb).__name__ not in skip]
+            skip = self._get(self.config, "skip_callbacks", default=None) or []
             try:
-                kwargs["callbacks"] = configured + standard_callbacks(configured, skip)
+                kwargs["callbacks"] = trainer_callbacks(trainer_config, standard_callbacks, skip)
             except ValueError as err:
                 raise UsageError(f"--{err}") from err
         return super().instantiate_trainer(**kwargs)

@@ -17,6 +17,7 @@ the answers are majority-voted (:mod:`agon_lightning.pipeline`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,16 @@ import torch
 from agon_lightning.adapters.policy import sample_with
 from agon_lightning.data.files import row_to_problem
 from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
-from agon_lightning.pipeline import CascadeResult, CascadeSample, solve_batch
+from agon_lightning.pipeline import UNVERIFIABLE, CascadeResult, CascadeSample, solve_batch
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.types import Problem
+from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 __all__ = ["BACKENDS", "Cascade", "CascadeResult", "CascadeSample", "as_problems", "rollout_for_backend"]
+
+log = logging.getLogger(__name__)
 
 BACKENDS = {"hf": "agon_lightning.rollout.hf.HFRollout", "vllm": "agon_lightning.rollout.vllm.VLLMRollout"}
 SAMPLING_ARGS = ("max_new_tokens", "temperature", "top_p", "top_k")
@@ -54,6 +57,37 @@ def rollout_for_backend(spec: dict[str, Any], backend: str | None) -> Rollout:
     init_args = spec.get("init_args", {})
     sampling = {k: init_args[k] for k in SAMPLING_ARGS if k in init_args}
     return build_component({"class_path": BACKENDS[backend], "init_args": sampling})
+
+
+class UnbuiltVerifier(Verifier):
+    """Stands in for a bundle's verifier that cannot be rebuilt here, so the pair still answers.
+
+    A reward function defined in the training script (``__main__``) or as a lambda is recorded by
+    a path no other process can import. Serving needs no verifier; where an answer would be graded,
+    its verdict is ``unverifiable`` with the reason (``agon predict`` counts and names those rows).
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def grades(self, problem: Problem) -> bool:
+        return problem.answer is not None or bool(problem.metadata)
+
+    def verify(self, completion: str, problem: Problem) -> Verdict:
+        return Verdict(correct=False, reason=f"{UNVERIFIABLE}: {self.reason}")
+
+
+def build_verifier(spec: dict[str, Any]) -> Verifier:
+    """The bundle's verifier (``spec``), or an :class:`UnbuiltVerifier` saying why it cannot be rebuilt."""
+    try:
+        return build_component(spec)
+    except (ImportError, ValueError) as err:
+        reason = (
+            f"the bundle's verifier cannot be rebuilt here: {err} (a reward function defined in the training "
+            "script or as a lambda cannot be imported back: define it in a module importable here)"
+        )
+        log.warning("%s: answers are given, and left ungraded", reason)
+        return UnbuiltVerifier(reason)
 
 
 def as_problems(problems: Sequence[Problem | str | Mapping[str, Any]]) -> list[Problem]:
@@ -153,7 +187,7 @@ class Cascade:
             tokenizer,
             meta["drafter"],
             rollout,
-            build_component(meta["verifier"]),
+            build_verifier(meta["verifier"]),
             build_component(meta["summarizer"]),
             Prompts(**meta["prompts"]),
         )

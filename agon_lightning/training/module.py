@@ -48,7 +48,7 @@ from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.names import ALPHA
 from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
-from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome
+from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.prefetch import Ahead, DraftPrefetch, too_stale, versions_behind
@@ -256,7 +256,7 @@ class AgonModule(L.LightningModule):
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
-        if getattr(verifier, "graded", False) and not reward.pays_graded:
+        if getattr(verifier, "graded", False) and not getattr(reward, "pays_graded", False):
             raise ValueError(
                 f"the verifier ({type(verifier).__name__}) grades with several reward functions or weights, "
                 f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
@@ -285,6 +285,7 @@ class AgonModule(L.LightningModule):
         self.verifier = verifier
         self.summarizer = summarizer
         self.reward = reward
+        self._told_cut = False  # graded values met a reward paying only c: said once (_tell_if_cut)
         self.prompts = prompts
         """The prompt templates (public: callbacks build probe prompts with them)."""
         self.optimizer_factory = optimizer
@@ -394,6 +395,25 @@ class AgonModule(L.LightningModule):
             return contextlib.nullcontext()
         return gathered(self.policy)
 
+    def _tell_if_cut(self, outcome: RoleOutcome | None) -> None:
+        """Warn once when the reward functions' graded values meet a reward that pays only c: never a silent cut.
+
+        (Several functions or weights are refused at construction; one function's values are seen here.)
+        """
+        paid = getattr(self.reward, "pays_graded", False)  # a reward component typed by duck has no such flag
+        value = None if outcome is None or self._told_cut or paid else cut_value(outcome)
+        if value is None:
+            return
+        self._told_cut = True
+        rule = getattr(self.verifier, "correct_if", None)
+        threshold = getattr(self.verifier, "threshold", None)
+        rule = f" (c = {rule} >= {threshold:g})" if rule and threshold is not None else ""
+        rank_zero_warn(
+            f"the reward functions returned {value:g}, not 0 or 1, but the reward ({type(self.reward).__name__}) "
+            f"pays only the 0/1 correctness c{rule}; pay their values with --model.reward=graded (GradedReward), "
+            "or return 0 or 1 from the function"
+        )
+
     def _play(self, problems: list[Problem]) -> StepRecord:
         """Generate, verify and reward both roles for one step (no gradients)."""
         n = self.grpo.num_generations
@@ -407,6 +427,7 @@ class AgonModule(L.LightningModule):
         draft = RoleOutcome(
             _correct(draft_verdicts), drafts.lengths.cpu(), drafts.texts, _graded(draft_verdicts)
         )
+        self._tell_if_cut(draft)
         record = StepRecord(
             self.agon_step, problems,
             RoleRollout(drafter, drafts, draft_verdicts, draft.correct, versions=_rows_of(version, len(drafts))),
@@ -431,6 +452,7 @@ class AgonModule(L.LightningModule):
             ),
             None if self.pairing == "per_rollout" else draft.select(rows),
         )
+        self._tell_if_cut(outcomes.challenge)
         rewards = self.reward(outcomes)
         record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
         record.challenge = RoleRollout(
@@ -872,7 +894,8 @@ def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
     """``{prefix}<name>/mean`` and ``/std`` of each reward function's values, as TRL logs them.
 
     Values that are ``None`` (the function does not apply) are left out; a function that applied
-    to no row has no entry.
+    to no row has no entry. The std is TRL's (``nanstd``: with Bessel's correction), 0 for one value
+    (where TRL's is NaN).
     """
     out: dict[str, float] = {}
     names = dict.fromkeys(name for v in verdicts for name in v.rewards)

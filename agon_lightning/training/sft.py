@@ -23,6 +23,7 @@ the model that learns from them, the stopping rule and the command. Run it with
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.policy import resolve_model_path
+from agon_lightning.callbacks.defaults import sft_callbacks, trainer_callbacks
 from agon_lightning.cli.base import BaseCLI, compact_usage
+from agon_lightning.errors import UsageError
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout
@@ -257,16 +260,34 @@ class StopAtThreshold(L.Callback):
 
 class SFTCLI(BaseCLI):
     """LightningCLI for :class:`SFTModule` and :class:`SFTDataModule` (``--threads`` and errors from BaseCLI),
-    with ``--ckpt_path`` to resume a run (``last``: the shipped configs' ``last.ckpt``)."""
+    with ``--ckpt_path`` to resume a run (``last``: the ``last.ckpt`` every run keeps), and the
+    callbacks every SFT run gets (:func:`~agon_lightning.callbacks.defaults.sft_callbacks`)."""
+
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        trainer_config = self._get(self.config_init, "trainer", default={})
+        standard = partial(sft_callbacks, default_root_dir=trainer_config.get("default_root_dir") or ".")
+        skip = self._get(self.config, "skip_callbacks", default=None) or []
+        try:
+            kwargs["callbacks"] = trainer_callbacks(trainer_config, standard, skip)
+        except ValueError as err:
+            raise UsageError(f"--{err}") from err
+        return super().instantiate_trainer(**kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         super().add_arguments_to_parser(parser)
         parser.add_argument(
+            "--skip_callbacks",
+            type=list[str],
+            default=[],
+            help="callbacks to leave out (every run gets AdapterSummary, ProgressLog, ModelCheckpoint, "
+            "RunOutputs; one listed in trainer.callbacks replaces the one of its class)",
+        )
+        parser.add_argument(
             "--ckpt_path",
             type=str | None,
             default=None,
-            help="resume from this checkpoint; `last`: the ModelCheckpoint's last.ckpt (the shipped SFT configs "
-            "write one every 50 steps)",
+            help="resume from this checkpoint; `last`: <default_root_dir>/checkpoints/last.ckpt (every run "
+            "writes one every 50 steps)",
         )
 
 

@@ -29,7 +29,8 @@ value (a function's, or ``total``) ``>= threshold``; ``None`` there is wrong (re
 ``no_reward``). A function that raises on some rows marks those rows wrong (the error logged and
 named in the reason); one that raises on every row of a batch is a bug, and the error is raised.
 A function needing a column the data lacks, or holds only as ``None``, is refused when training
-starts (:meth:`RewardFunctionVerifier.check_problems`): never a silent 0.
+starts (:meth:`RewardFunctionVerifier.check_problems`): never a silent 0. No gold answer is needed:
+a problem is graded when it has every column the functions require (:meth:`~RewardFunctionVerifier.grades`).
 """
 
 from __future__ import annotations
@@ -174,7 +175,22 @@ class RewardFunctionVerifier(Verifier):
         return len(self._fns) > 1 or self.reward_weights != [1.0]
 
     def grades(self, problem: Problem) -> bool:
-        return True  # the functions read the problem's columns; no gold answer is needed
+        """Whether every column the functions require is in ``problem`` (no gold answer is needed).
+
+        A question asked without its columns (a bare string at deployment) is left ungraded
+        rather than sent to a function that would fail on it.
+        """
+        columns = self.columns([problem])
+        return all(columns.get(name, [None])[0] is not None for _, name in self._required_columns())
+
+    def _required_columns(self) -> list[tuple[str, str]]:
+        """``(function path, column)`` for each column a function cannot be called without."""
+        return [
+            (path, name)
+            for fn, path in zip(self._fns, self.reward_funcs)
+            for name in required_keywords(fn)
+            if name not in ("prompts", "completions") and name not in NOT_PASSED
+        ]
 
     @staticmethod
     def _check_signature(fn: Callable[..., Any]) -> None:
@@ -273,9 +289,10 @@ class RewardFunctionVerifier(Verifier):
                 verdicts.append(self.verdict([column[0] for column in self.rewards([completion], [problem])]))
             except Exception as err:  # noqa: BLE001 — this row is wrong; the error is logged and kept
                 failures += 1
-                log.warning(
-                    "reward function %s failed on row %d: %s: %s", self.function, i, type(err).__name__, err
-                )
+                log.warning(  # every function is named: the first one need not be the one that raised
+                    "row %d failed in the reward functions (%s): %s: %s",
+                    i, ", ".join(self.reward_funcs), type(err).__name__, err,
+                )  # fmt: skip
                 verdicts.append(
                     Verdict(correct=False, score=0.0, reason=f"reward_error: {type(err).__name__}: {err}")
                 )
@@ -292,18 +309,15 @@ class RewardFunctionVerifier(Verifier):
         if not problems:
             return
         columns = self.columns(problems)
-        for fn, path in zip(self._fns, self.reward_funcs):
-            for name in required_keywords(fn):
-                if name in ("prompts", "completions") or name in NOT_PASSED:
-                    continue
-                values = columns.get(name)
-                if values is None or all(v is None for v in values):
-                    state = "is None in every row of" if values is not None else "is no column of"
-                    raise ValueError(
-                        f"reward function {path} needs the column {name!r}, which {state} {where} "
-                        f"({len(problems)} problems; columns: {sorted(columns)}); rename the column in the data, "
-                        "or give the function's parameter a default"
-                    )
+        for path, name in self._required_columns():
+            values = columns.get(name)
+            if values is None or all(v is None for v in values):
+                state = "is None in every row of" if values is not None else "is no column of"
+                raise ValueError(
+                    f"reward function {path} needs the column {name!r}, which {state} {where} "
+                    f"({len(problems)} problems; columns: {sorted(columns)}); rename the column in the data, "
+                    "or give the function's parameter a default"
+                )
 
 
 def required_keywords(fn: Callable[..., Any]) -> list[str]:
