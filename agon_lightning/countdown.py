@@ -433,3 +433,42 @@ def solve(
     lines = ([check_line(claims)] if claims else []) + [str(a) for a in attempts]
     summary = summarize_search(numbers, target, attempts)
     return Completion(lines, str(summary), expression(numbers, top.steps))
+
+
+# ---------------------------------------------------------------------- the problem space
+def left_fold(numbers: Sequence[int], ops: Sequence[str]) -> tuple[int, str]:
+    """``((n0 op1 n1) op2 n2) …``: its value and its expression, as reasoning-gym's generator
+    builds a problem (each operator applies to everything before it)."""
+    value, text = numbers[0], str(numbers[0])
+    for op, n in zip(ops, numbers[1:]):
+        value = apply(op, value, n) if op != "-" else value - n
+        text = f"({text}){op}{n}" if op == "*" and any(o in text for o in "+-") else f"{text}{op}{n}"
+    return value, text
+
+
+def space(
+    count: int,
+    min_value: int = 1,
+    max_value: int = 9,
+    min_target: int = 10,
+    max_target: int = 99,
+    operators: Sequence[str] = OPERATORS,
+) -> dict[tuple[int, tuple[int, ...]], str]:
+    """Every statement reasoning-gym's countdown generator can draw with ``count`` numbers:
+    ``(target, sorted numbers)`` → one expression that reaches it.
+
+    The generator draws the numbers in order and an operator between each two, and folds them
+    left to right; a statement is any target in range that some ordering and choice of
+    operators reaches. (Its support; how often each is drawn is not uniform.)
+    """
+    from itertools import product
+
+    if any(op not in OPERATORS for op in operators):
+        raise ValueError(f"operators must be among {OPERATORS}, got {list(operators)}")
+    out: dict[tuple[int, tuple[int, ...]], str] = {}
+    for numbers in product(range(min_value, max_value + 1), repeat=count):
+        for ops in product(operators, repeat=count - 1):
+            value, text = left_fold(numbers, ops)
+            if min_target <= value <= max_target:
+                out.setdefault((value, tuple(sorted(numbers))), text)
+    return dict(sorted(out.items()))

@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from agon_lightning.data.base import ProblemDataset
-from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems
+from agon_lightning.data.holdout import HashHoldout
+from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems, training_problems
 from agon_lightning.traces import (
     corrupted_completion,
     evaluate,
@@ -138,6 +139,8 @@ class SFTDataModule(ReasoningGymDataModule):
             :mod:`agon_lightning.traces`.
         train_tasks: Tasks the training problems come from (``None``: ``tasks``), e.g. more
             sizes than the held-out set; every held-out question (main and hard) is dropped.
+        holdout: The held-out part of the space: no training problem is ever drawn from it (main
+            and hard alike, whatever ``val_size`` and ``hard_size`` evaluate). Use the RL run's.
         (other args): As :class:`~agon_lightning.data.reasoning_gym.ReasoningGymDataModule`;
             the hard set is only held out from training here, never evaluated.
     """
@@ -146,7 +149,7 @@ class SFTDataModule(ReasoningGymDataModule):
         self,
         tasks: dict[str, dict[str, Any]] | None = None,
         train_size: int = 100_000,
-        val_size: int = 200,
+        val_size: int | None = 200,
         data_seed: int = 20_001,
         val_seed: int = 10_001,
         batch_size: int = 64,
@@ -161,11 +164,13 @@ class SFTDataModule(ReasoningGymDataModule):
         hard_size: int = 200,
         hard_seed: int = 30_001,
         question_format: str | None = None,
+        holdout: HashHoldout | None = None,
     ) -> None:
         super().__init__(
             tasks=tasks, train_size=train_size, val_size=val_size, data_seed=data_seed, val_seed=val_seed,
             batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
             hard_tasks=hard_tasks, hard_size=hard_size, hard_seed=hard_seed, question_format=question_format,
+            holdout=holdout,
         )  # fmt: skip
         if examples is not None and (challenge_fraction is not None or rival_mix is not None):
             raise ValueError(
@@ -189,6 +194,10 @@ class SFTDataModule(ReasoningGymDataModule):
     def load_train(self) -> list[Problem]:
         if self.train_tasks is None:
             return super().load_train()
+        if self.holdout is not None:  # the held-out part of the whole space, whichever size each set evaluates
+            return training_problems(
+                self.train_tasks, self.train_size, self.data_seed, self.question_format, self.holdout
+            )
         held_out = {p.question for p in self.load_val()}
         problems = generate_problems(self.train_tasks, self.train_size, self.data_seed, self.question_format)
         return [p for p in problems if p.question not in held_out]
