@@ -170,30 +170,22 @@ def correct_of(setup: Setup, texts: list[str], problems: list[Problem]) -> list[
 
 
 def measure(setup: Setup, samples: int = 8, seed: int = 0, log: Callable[[str], None] = print) -> dict:
-    """Every measured value of the design's section 4 (keys as in :data:`THRESHOLDS`)."""
+    """Every measured value of the design's section 4 (keys as in :data:`THRESHOLDS`), over both
+    splits together, and the same over each split alone under ``by_split`` (S2's section 3)."""
     problems = setup.problems
     split = [p.metadata.get(SPLIT, "main") for p in problems]
     draft_prompts = [setup.prompts.draft_prompt(setup.tokenizer, p) for p in problems]
-    out: dict = {}
 
     log("greedy drafts")
     drafts, _, cut = generate(setup, draft_prompts)
     draft_ok = correct_of(setup, drafts, problems)
-    for name in ("main", "hard"):
-        rows = [ok for ok, s in zip(draft_ok, split, strict=True) if s == name]
-        out[f"greedy_pass@1_{name}"] = sum(rows) / len(rows)
 
     log(f"{samples} samples per problem at temperature {setup.rollout.temperature}")
     texts, lengths, truncated = generate(setup, draft_prompts, samples, greedy=False)
     ok = correct_of(setup, texts, [p for p in problems for _ in range(samples)])
     rows = [ok[i * samples : (i + 1) * samples] for i in range(len(problems))]
-    for name in ("main", "hard"):
-        mine = [r for r, s in zip(rows, split, strict=True) if s == name]
-        out[f"sampled_pass@1_{name}"], out[f"pass@{samples}_{name}"] = pass_at(mine)
-    out["pass@k_over_pass@1_hard"] = out[f"pass@{samples}_hard"] / max(out["sampled_pass@1_hard"], 1e-9)
-    out["length_cv"] = mean_cv([lengths[i * samples : (i + 1) * samples] for i in range(len(problems))])
-    out["cap_share_of_failures"] = cap_share_of_failures(ok, truncated)
-    out["mean_length"] = mean(lengths)
+    sample_lengths = [lengths[i * samples : (i + 1) * samples] for i in range(len(problems))]
+    sample_cut = [truncated[i * samples : (i + 1) * samples] for i in range(len(problems))]
 
     log("untrained cascade: base reads the base's summaries")
     summaries = [setup.summarizer.summarize(d, p, t) for d, p, t in zip(drafts, problems, cut, strict=True)]
@@ -207,51 +199,86 @@ def measure(setup: Setup, samples: int = 8, seed: int = 0, log: Callable[[str], 
 
     everyone = list(range(len(problems)))
     reread = answer(summaries, everyone)
-    out["converted"] = sum(not d and c for d, c in zip(draft_ok, reread, strict=True))
-    out["regressed"] = sum(d and not c for d, c in zip(draft_ok, reread, strict=True))
     failed = [i for i in everyone if not draft_ok[i]]
     other = []
     for i in failed:  # the summary of the next failed problem of the same split
         same = [j for j in failed if split[j] == split[i]]
         other.append(summaries[same[(same.index(i) + 1) % len(same)]])
-    real = mean(reread[i] for i in failed)
-    out["failed_drafts"] = len(failed)
-    out["failed_real"] = real
-    out["failed_other"] = mean(answer(other, failed)) if failed else 0.0
-    out["failed_empty"] = mean(answer([""] * len(failed), failed)) if failed else 0.0
-    out["real_minus_other"] = real - out["failed_other"]
-    out["real_minus_empty"] = real - out["failed_empty"]
+    with_other = dict(zip(failed, answer(other, failed) if failed else []))
+    with_empty = dict(zip(failed, answer([""] * len(failed), failed) if failed else []))
 
     log("judging generated rival claims")
     rng, builder = random.Random(seed), CountdownExamples()
-    rivals, judged = [], []
-    for p in problems:
+    rivals, judged, owner = [], [], []
+    for i, p in enumerate(problems):
         for kind in RIVAL_KINDS:
             rivals.append(setup.summarizer.summarize(builder.rival_draft(p, kind, rng), p))
             judged.append(p)
+            owner.append(i)
     prompts = [
         setup.prompts.challenge_prompt(setup.tokenizer, p, s) for p, s in zip(judged, rivals, strict=True)
     ]
     counts = [verdict_accuracy(s, c) for s, c in zip(rivals, generate(setup, prompts)[0], strict=True)]
-    right_true, true, right_false, false = (sum(c[k] for c in counts) for k in range(4))
-    out["judge_accuracy"] = (right_true + right_false) / max(true + false, 1)
-    out["judge_on_true_claims"] = right_true / max(true, 1)
-    out["judge_on_false_claims"] = right_false / max(false, 1)
-    out["judged_claims"] = true + false
 
     log("leak rules on the real summaries")
-    shown = [(s, p) for s, p in zip(summaries, problems, strict=True) if s]
 
     def accepted(expr: str | None, problem: Problem) -> bool:
         return expr is not None and setup.verifier.verify(f"<answer>{expr}</answer>", problem).correct
 
-    out["summaries"] = len(shown)
-    out["leak_copy"] = mean(any(accepted(c, p) for c in copy_candidates(s)) for s, p in shown)
-    blind = {op: mean(accepted(blind_step(s, countdown_numbers(p), op), p) for s, p in shown)
-             for op in OPERATORS}  # fmt: skip
-    out["leak_blind_step_by_op"] = blind
-    out["leak_blind_step"] = max(blind.values())
-    return out
+    leak_copy = {
+        i: any(accepted(c, problems[i]) for c in copy_candidates(summaries[i]))
+        for i in everyone
+        if summaries[i]
+    }
+    leak_blind = {op: {i: accepted(blind_step(summaries[i], countdown_numbers(problems[i]), op), problems[i])
+                       for i in leak_copy} for op in OPERATORS}  # fmt: skip
+
+    def values(mine: list[int]) -> dict:
+        """Every measure over the problems ``mine``."""
+        out: dict = {}
+        inside = set(mine)
+        for name in ("main", "hard"):
+            picked = [i for i in mine if split[i] == name]
+            if picked:
+                out[f"greedy_pass@1_{name}"] = mean(draft_ok[i] for i in picked)
+                out[f"sampled_pass@1_{name}"], out[f"pass@{samples}_{name}"] = pass_at(
+                    [rows[i] for i in picked]
+                )
+        if f"pass@{samples}_hard" in out:
+            out["pass@k_over_pass@1_hard"] = out[f"pass@{samples}_hard"] / max(
+                out["sampled_pass@1_hard"], 1e-9
+            )
+        out["length_cv"] = mean_cv([sample_lengths[i] for i in mine])
+        out["cap_share_of_failures"] = cap_share_of_failures(
+            [c for i in mine for c in rows[i]], [t for i in mine for t in sample_cut[i]]
+        )
+        out["mean_length"] = mean(x for i in mine for x in sample_lengths[i])
+        out["converted"] = sum(not draft_ok[i] and reread[i] for i in mine)
+        out["regressed"] = sum(draft_ok[i] and not reread[i] for i in mine)
+        mine_failed = [i for i in failed if i in inside]
+        out["failed_drafts"] = len(mine_failed)
+        out["failed_real"] = real = mean(reread[i] for i in mine_failed)
+        out["failed_other"] = mean(with_other[i] for i in mine_failed)
+        out["failed_empty"] = mean(with_empty[i] for i in mine_failed)
+        out["real_minus_other"] = real - out["failed_other"]
+        out["real_minus_empty"] = real - out["failed_empty"]
+        judged_here = [c for c, i in zip(counts, owner, strict=True) if i in inside]
+        right_true, true, right_false, false = (sum(c[k] for c in judged_here) for k in range(4))
+        out["judge_accuracy"] = (right_true + right_false) / max(true + false, 1)
+        out["judge_on_true_claims"] = right_true / max(true, 1)
+        out["judge_on_false_claims"] = right_false / max(false, 1)
+        out["judged_claims"] = true + false
+        shown = [i for i in mine if i in leak_copy]
+        out["summaries"] = len(shown)
+        out["leak_copy"] = mean(leak_copy[i] for i in shown)
+        out["leak_blind_step_by_op"] = {op: mean(leak_blind[op][i] for i in shown) for op in OPERATORS}
+        out["leak_blind_step"] = max(out["leak_blind_step_by_op"].values())
+        return out
+
+    result = values(everyone)
+    result["by_split"] = {name: values([i for i in everyone if split[i] == name])
+                          for name in ("main", "hard") if name in split}  # fmt: skip
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,13 +302,16 @@ BOUNDS = {"1a": "0.30–0.60", "1b": "0.10–0.35", "1c": "≥ 1.5", "2a": "≥ 
 
 
 def table(values: dict) -> tuple[str, list[dict]]:
-    """The markdown table of every precondition (threshold, measured value, pass/fail) and its rows."""
+    """The markdown table of every precondition (threshold, measured value, pass/fail) and its rows;
+    a precondition of the other split's room (1a on hard, 1b and 1c on main) is left out."""
     rows = [
         {"id": key, "precondition": name, "threshold": BOUNDS[key], "value": values[field], "pass": check(values[field])}
         for key, name, field, check in THRESHOLDS
+        if field in values
     ]  # fmt: skip
     converted, regressed = values["converted"], values["regressed"]
-    rows.insert(5, {"id": "3a", "precondition": "untrained cascade: converted vs regressed",
+    at = next(k for k, r in enumerate(rows) if r["id"] == "3b")
+    rows.insert(at, {"id": "3a", "precondition": "untrained cascade: converted vs regressed",
                     "threshold": "converted > regressed", "value": f"{converted} vs {regressed}",
                     "pass": converted > regressed})  # fmt: skip
     lines = ["| # | precondition | threshold | measured | pass |", "|---|---|---|---|---|"]
@@ -307,10 +337,19 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     values = measure(load(args.config, args.base, args.limit), args.samples, args.seed)
     text, rows = table(values)
-    print(text)
+    print("both splits\n" + text)
+    per_split = {name: table(v) for name, v in values["by_split"].items()}
+    for name, (split_text, _) in per_split.items():
+        print(f"\n{name} split\n{split_text}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {"base": args.base, "config": args.config, "samples": args.samples, "seed": args.seed}
-    args.out.write_text(json.dumps({**record, "values": values, "table": rows}, indent=1) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {**record, "values": values, "table": rows, "tables": {n: r for n, (_, r) in per_split.items()}},
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"written to {args.out}")
 
 

@@ -3,8 +3,8 @@
 A row's pass@1 is averaged over its seeds and the problems of a split; its interval (the sweep's
 two-level bootstrap: seeds, then problems, resampled) has two sources of spread: training noise
 (seeds) and the sample of problems. From the pilot's per-seed, per-problem outcomes this script
-splits the variance into the two (:func:`components`), predicts the 95% half-width of a row of
-``S`` seeds on ``n`` problems (:func:`half_width`), and finds the fewest problems that keep it
+splits the variance into seeds, problems and their interaction (:func:`components`), predicts the
+95% half-width of a row of ``S`` seeds on ``n`` problems (:func:`half_width`), and finds the fewest problems that keep it
 within the target (:func:`problems_needed`)::
 
     python -m benchmarks.countdown_sizing benchmarks/results/countdown/pilot --variant grpo --seeds 3 5
@@ -22,38 +22,43 @@ import numpy as np
 Z95 = 1.959964
 
 
-def components(outcomes: np.ndarray) -> tuple[float, float]:
-    """``(seed variance, problem variance)`` of 0/1 outcomes ``[seeds, problems]``.
+def components(outcomes: np.ndarray) -> tuple[float, float, float]:
+    """``(seed variance, problem variance, residual variance)`` of 0/1 outcomes ``[seeds, problems]``.
 
-    The problem variance is that of the per-problem means over seeds; the seed variance is the
-    variance of the per-seed means less what the finite problem sample puts in it (never
-    below 0). A row of ``S`` seeds on ``n`` problems then has a mean with variance about
-    ``seed / S + problem / n``.
+    The seeds share their problems, so a seed's mean carries no problem-to-problem variance: only
+    the seed × problem interaction (with each outcome's own noise) adds to the spread of the seed
+    means. The two-way ANOVA's mean squares separate the three
+    (:func:`agon_lightning.experiments.stats.components`). S1's version subtracted the whole
+    within-seed variance (problems included) from the seed means' spread, which set the seed
+    variance to 0 on two pilot seeds that differed by 1.7 points.
     """
-    y = np.asarray(outcomes, dtype=float)
-    if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2:
-        raise ValueError(f"need outcomes of at least 2 seeds × 2 problems, got shape {y.shape}")
-    seeds, problems = y.shape
-    problem_var = float(y.mean(0).var(ddof=1))
-    within = float(np.mean([row.var(ddof=1) for row in y])) / problems  # problem noise in a seed's mean
-    seed_var = max(0.0, float(y.mean(1).var(ddof=1)) - within)
-    return seed_var, problem_var
+    from agon_lightning.experiments.stats import components as mean_squares
+
+    c = mean_squares(outcomes)
+    return c.seed_var, c.problem_var, c.residual_var
 
 
-def half_width(seed_var: float, problem_var: float, seeds: int, problems: int) -> float:
-    """The predicted 95% half-width of a row's mean pass@1."""
-    return Z95 * math.sqrt(seed_var / seeds + problem_var / problems)
+def half_width(
+    seed_var: float, problem_var: float, seeds: int, problems: int, residual_var: float = 0.0
+) -> float:
+    """The predicted 95% half-width of a row's mean pass@1 over new seeds and new problems."""
+    return Z95 * math.sqrt(seed_var / seeds + problem_var / problems + residual_var / (seeds * problems))
 
 
 def problems_needed(
-    seed_var: float, problem_var: float, seeds: int, target: float = 0.03, step: int = 100
+    seed_var: float,
+    problem_var: float,
+    seeds: int,
+    target: float = 0.03,
+    step: int = 100,
+    residual_var: float = 0.0,
 ) -> int | None:
     """The fewest problems (a multiple of ``step``) keeping the half-width within ``target``, or
     ``None`` when the seeds alone already spread it wider."""
     room = (target / Z95) ** 2 - seed_var / seeds
     if room <= 0:
         return None
-    return max(step, math.ceil(problem_var / room / step) * step)
+    return max(step, math.ceil((problem_var + residual_var / seeds) / room / step) * step)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,10 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     for split in sorted(set.intersection(*(set(o) for o in outcomes))):
         questions = sorted(set.intersection(*(set(o[split]) for o in outcomes)))
         y = np.array([[o[split][q][0] for q in questions] for o in outcomes], dtype=float)
-        seed_var, problem_var = components(y)
-        need = {s: problems_needed(seed_var, problem_var, s, args.target) for s in args.seeds}
+        seed_var, problem_var, residual_var = components(y)
+        need = {s: problems_needed(seed_var, problem_var, s, args.target, residual_var=residual_var)
+                for s in args.seeds}  # fmt: skip
         record["splits"][split] = {"seeds": len(y), "problems": len(questions), "pass@1": float(y.mean()),
-                                   "seed_var": seed_var, "problem_var": problem_var,
+                                   "seed_var": seed_var, "problem_var": problem_var, "residual_var": residual_var,
                                    "per_seed": y.mean(1).tolist(), "problems_needed": need}  # fmt: skip
         cells = " | ".join("none suffices" if n is None else str(n) for n in need.values())
         print(

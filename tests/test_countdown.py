@@ -524,7 +524,11 @@ def test_the_sft_config_holds_out_what_the_rl_config_evaluates(tmp_path) -> None
     assert isinstance(sft.examples, CountdownExamples) and isinstance(
         cli.model.summarizer, CountdownSummarizer
     )
-    for key in ("tasks", "hard_tasks", "val_size", "val_seed", "hard_size", "hard_seed", "question_format"):
+    for key in ("tasks", "hard_tasks", "val_seed", "hard_size", "hard_seed", "question_format"):
         assert getattr(sft, key) == data[key], key
+    # The same held-out part: the SFT stopping rule reads the first 200 of what RL evaluates (all of it)
+    holdout = data["holdout"]["init_args"]
+    assert (sft.holdout.fraction, sft.holdout.salt) == (holdout["fraction"], holdout["salt"])
+    assert data["val_size"] is None and sft.val_size == 200
     assert cli.model.prompts.challenge == rl["model"]["prompts"]["challenge"]
     assert cli.model.rollout.max_new_tokens == rl["model"]["rollout"]["init_args"]["max_new_tokens"]

@@ -5,6 +5,7 @@ import json
 import math
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -389,3 +390,23 @@ def test_every_row_of_the_paper_gets_a_colour_of_its_own():
 
     rows = list(dict.fromkeys([*PAPER_VARIANTS, "other_summary"]))
     assert len(set(colours(rows).values())) == len(rows)
+
+
+def test_every_finished_run_is_archived_and_the_tables_come_back_from_the_archive_alone(tmp_path):
+    from agon_lightning.experiments.archive import archive_path
+
+    out = tmp_path / "out"
+    runs = plan(["agon", "cooperative"], [0, 1], out, EXPERIMENTS)
+    assert sweep(runs, BASE, [], out, fake_runner([], fail={"cooperative/seed_1"})) == [runs[3]]
+    packed = sorted(p.relative_to(out).as_posix() for p in (out / "archive").rglob("*.tar.gz"))
+    assert packed == ["archive/agon/seed_0.tar.gz", "archive/agon/seed_1.tar.gz", "archive/cooperative/seed_0.tar.gz"]
+    assert archive_path(out, "agon", 0).stat().st_size < 10_000
+    table = (out / "results.md").read_text()
+    for run in runs:  # checkpoints, logs, everything git ignores: gone
+        shutil.rmtree(run.directory, ignore_errors=True)
+    (out / "results.md").unlink()
+    args = ["--variants", "agon", "cooperative", "--seeds", "0", "1", "--out", str(out), "--base-config", str(BASE),
+            "--experiments-dir", str(EXPERIMENTS), "--from-archive"]  # fmt: skip
+    sweep_main(args)
+    assert (out / "results.md").read_text() == table
+    assert not list(out.glob("*/seed_*/")), "the archive was unpacked into the sweep's directory"

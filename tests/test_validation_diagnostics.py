@@ -165,3 +165,30 @@ def test_quantiles_of_no_values_are_left_out():
     assert quantile_metrics("length", torch.tensor([1.0, 2.0, 3.0, 10.0])) == {
         "length/p50": pytest.approx(2.5), "length/p90": pytest.approx(7.9),
     }  # fmt: skip
+
+
+def test_the_frozen_base_is_generated_at_the_first_evaluation_only(tiny_model_dir):
+    # The base (adapters off) and the untrained cascade cannot change in a run: a later evaluation
+    # reuses their outputs, and reports the same figures for them; the adapters are generated again.
+    class Counting(PerAdapterRollout):
+        calls: list[str] = []
+
+        def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
+            self.calls += [str(n) for n in (adapter_names or ["?"])]
+            return super().generate(model, tokenizer, prompts, num_samples, greedy, adapter_names)
+
+    dm = ReasoningGymDataModule(train_size=30, val_size=24, val_batch_size=10)
+    rollout = Counting()
+    module = AgonModule(
+        model_name_or_path=str(tiny_model_dir), lora=LoraOptions(r=2, target_modules=["q_proj"]),
+        grpo=GRPOOptions(num_generations=2), rollout=rollout, verifier=ZeroIsRight(), evaluate_moa=True,
+    )  # fmt: skip
+    module.configure_model()
+    first = module.evaluator.run(module, dm.val_dataloader())
+    base_calls = rollout.calls.count("None")
+    assert base_calls == 2 * 24  # the base's drafts and the untrained cascade's answers
+    rollout.calls.clear()
+    second = module.evaluator.run(module, dm.val_dataloader())
+    assert rollout.calls.count("None") == 0 and rollout.calls.count("alpha") > 0
+    for key in ("val/base/pass@1", "val/base/length", "val/moa/pass@1", "val/moa/length"):
+        assert second[key] == first[key]

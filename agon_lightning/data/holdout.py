@@ -42,7 +42,9 @@ class HashHoldout:
             (``{field}``; a list is written sorted); ``None``: the problem's question as posed.
     """
 
-    def __init__(self, fraction: float = 0.4, salt: str = "agon-s2", key_format: str | None = COUNTDOWN_KEY) -> None:
+    def __init__(
+        self, fraction: float = 0.4, salt: str = "agon-s2", key_format: str | None = COUNTDOWN_KEY
+    ) -> None:
         if not 0.0 < fraction < 1.0:
             raise ValueError(f"fraction must be in (0, 1), got {fraction}")
         if not salt:

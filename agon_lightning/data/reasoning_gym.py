@@ -92,8 +92,14 @@ def countdown_problems(config: dict[str, Any], question_format: str | None) -> l
     from agon_lightning.countdown import space
 
     if question_format is None:
-        raise ValueError("the countdown space is posed with a question_format (e.g. 'Make {target} from {numbers}')")
-    keys = {k: v for k, v in config.items() if k in ("min_value", "max_value", "min_target", "max_target", "operators")}
+        raise ValueError(
+            "the countdown space is posed with a question_format (e.g. 'Make {target} from {numbers}')"
+        )
+    keys = {
+        k: v
+        for k, v in config.items()
+        if k in ("min_value", "max_value", "min_target", "max_target", "operators")
+    }
     problems = []
     for count in range(config.get("min_numbers", 4), config.get("max_numbers", 4) + 1):
         for (target, numbers), expression in space(count, **keys).items():
@@ -109,7 +115,11 @@ SPACES = {"countdown": countdown_problems}
 
 
 def held_out_problems(
-    tasks: dict[str, dict[str, Any]], size: int | None, seed: int, question_format: str | None, holdout: HashHoldout
+    tasks: dict[str, dict[str, Any]],
+    size: int | None,
+    seed: int,
+    question_format: str | None,
+    holdout: HashHoldout,
 ) -> list[Problem]:
     """``size`` distinct problems of the held-out part of ``tasks``' space (``None``: all of it),
     spread evenly over the tasks, each task's in hash order.
@@ -128,7 +138,9 @@ def held_out_problems(
             pool = [p for p in SPACES[name](tasks[name], question_format) if holdout.held_out(p)]
             pool = distinct(pool, holdout)
             if want is not None and want > len(pool):
-                raise ValueError(f"{name}'s held-out part has {len(pool)} distinct problems; {want} were asked")
+                raise ValueError(
+                    f"{name}'s held-out part has {len(pool)} distinct problems; {want} were asked"
+                )
             out += pool[:want]
             continue
         if want is None:
@@ -245,7 +257,9 @@ class ReasoningGymDataModule(ProblemDataModule):
 
     def load_train(self) -> list[Problem]:
         if self.holdout is not None:
-            return training_problems(self.tasks, self.train_size, self.data_seed, self.question_format, self.holdout)
+            return training_problems(
+                self.tasks, self.train_size, self.data_seed, self.question_format, self.holdout
+            )
         held_out = {p.question for p in self.load_val()}
         return [
             p

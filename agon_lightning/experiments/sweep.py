@@ -41,6 +41,7 @@ from pathlib import Path
 
 from agon_lightning.cli.config_files import local_or_shipped, resolve_config
 from agon_lightning.errors import CommandParser, UsageError
+from agon_lightning.experiments.archive import archive_path, archive_run, unpack_all
 from agon_lightning.experiments.paper_table import PAPER_VARIANTS, write_paper_table
 from agon_lightning.experiments.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
 
@@ -181,6 +182,8 @@ def sweep(
         argv = run.argv(base_config, overrides)
         if finished(run, argv):
             print(f"{run.variant} seed {run.seed}: finished earlier, reused", flush=True)
+            if not archive_path(out, run.variant, run.seed).is_file():
+                archive_run(run.directory, archive_path(out, run.variant, run.seed))
         else:
             todo.append((run, argv))
     failed = []
@@ -201,6 +204,7 @@ def sweep(
                 failed.append(run)
                 continue
             print(f"{tag}: done in {wall:.0f} s", flush=True)
+            archive_run(run.directory, archive_path(out, run.variant, run.seed))
             report(runs, out, table)
     return failed
 
@@ -221,6 +225,23 @@ def report(runs: Sequence[Run], out: Path, table: str = "results") -> list[RunRe
     )
     if table == "paper":
         write_paper_table(results, out)
+    return results
+
+
+def report_from_archive(runs: Sequence[Run], out: Path, table: str = "results") -> list[RunResult]:
+    """:func:`report` over ``out``'s archived runs (unpacked to a scratch directory), written to ``out``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        unpacked = {(d.parent.name, d.name) for d in unpack_all(out, Path(scratch))}
+        if not unpacked:
+            raise SystemExit(f"no archived run under {out / 'archive'}")
+        moved = [
+            Run(r.variant, r.seed, r.config, Path(scratch) / r.directory.parent.name / r.directory.name)
+            for r in runs
+        ]
+        results = report(moved, out, table)
+    print(f"{len(unpacked)} archived runs read; tables written to {out}")
     return results
 
 
@@ -261,6 +282,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--dry-run", action="store_true", help="print each pending run's command, run nothing"
     )
+    parser.add_argument("--from-archive", action="store_true",
+                        help="run nothing: rewrite the tables and plots in --out from its committed "
+                             "archive/VARIANT/seed_N.tar.gz (each finished run's outcomes and metrics)")  # fmt: skip
     args = parser.parse_args(argv[:split])
     if args.variants is None:
         args.variants = list(PAPER_VARIANTS if args.table == "paper" else DEFAULT_VARIANTS)
@@ -282,6 +306,9 @@ def sweep_main(argv: Sequence[str] | None = None) -> None:
         runs = plan(args.variants, args.seeds, args.out, args.experiments_dir)
     except ValueError as err:
         raise UsageError(str(err)) from err
+    if args.from_archive:
+        report_from_archive(runs, args.out, args.table)
+        return
     if args.dry_run:
         for run in (r for r in runs if not r.derived):
             argv_run = run.argv(args.base_config, overrides)

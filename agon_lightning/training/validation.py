@@ -104,6 +104,11 @@ def ratio_metrics(means: dict[str, float]) -> dict[str, float]:
     }
 
 
+def base_is_frozen(module: nn.Module) -> bool:
+    """Whether no parameter outside the adapters trains (the base's outputs then never change)."""
+    return not any(p.requires_grad for name, p in module.named_parameters() if "lora_" not in name)
+
+
 class CascadeEvaluator(nn.Module):
     """Accumulates every key's stats with torchmetrics, and keeps each problem's outcome.
 
@@ -161,6 +166,9 @@ class CascadeEvaluator(nn.Module):
         self.last_outcomes: list[dict[str, Any]] = []
         """The last finished evaluation's outcome rows, problem by problem (public)."""
         self._splits: set[str] = set()
+        # The frozen base's greedy outputs (``base`` and the untrained cascade ``moa``) per batch of
+        # prompts: they cannot change during a run, so each batch is generated at the first evaluation only.
+        self._frozen: dict[tuple[str, ...], dict[str, tuple[RolloutBatch, float]]] = {}
 
     @property
     def deployed_drafter(self) -> str:
@@ -211,14 +219,26 @@ class CascadeEvaluator(nn.Module):
         n, splits = len(problems), [split_of(p) for p in problems]
         prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
         outputs, seconds = {}, {}
+        frozen = self._frozen.get(tuple(prompts), {}) if base_is_frozen(module) else {}
+        for key, (rb, wall) in frozen.items():
+            outputs[key], seconds[key] = rb, wall
         for key in [BASE, *self.adapters]:
-            outputs[key], seconds[key] = self._generate(module, key, prompts)
+            if key not in outputs:
+                outputs[key], seconds[key] = self._generate(module, key, prompts)
         for key, drafter, answerer in self.cascades:
+            if key in outputs:  # reused: the frozen base read the frozen base
+                continue
             start = time.perf_counter()
             _, second = challenge_prompts(module, problems, outputs[drafter])
             summarising = time.perf_counter() - start
             outputs[key], generating = self._generate(module, answerer, second)
             seconds[key] = seconds[drafter] + summarising + generating
+        if not frozen and base_is_frozen(module):
+            unchanging = [
+                BASE,
+                *(key for key, drafter, answerer in self.cascades if drafter == answerer == BASE),
+            ]
+            self._frozen[tuple(prompts)] = {key: (outputs[key], seconds[key]) for key in unchanging}
         verdicts = {key: module.verifier.verify_batch(rb.texts, problems) for key, rb in outputs.items()}
         correct = {key: [float(v.correct) for v in vs] for key, vs in verdicts.items()}
         rows: dict[str, list[dict[str, float]]] = {}
