@@ -109,7 +109,7 @@ def differences(results) -> list[Difference]:
     rows = []
     for split, split_name in SPLITS:
         for name, variant, reference in DIFFERENCES:
-            d = paired(results, variant, reference, split)
+            d = paired(results, variant, reference, split, method="bootstrap")  # as S1 registered
             final = all(len(seeds_of(results, v)) >= registered(v) for v in (variant, reference))
             rows.append(
                 Difference(
@@ -155,7 +155,7 @@ def tiebreak(results, length_table) -> dict | None:
 
     if "tiebreak" not in length_table or "agon" not in length_table:
         return None
-    d = paired(results, "tiebreak", "agon", "")
+    d = paired(results, "tiebreak", "agon", "", method="bootstrap")
     final_p50 = {v: mean([r.length_p50 for r in results if r.variant == v]) for v in ("tiebreak", "agon")}
     return {
         "length_p50_difference": final_p50["tiebreak"] - final_p50["agon"],

@@ -12,7 +12,7 @@ import pytest
 from test_sweep import BASE, EXPERIMENTS, write_outcomes, write_run
 
 from agon_lightning.experiments.paper_table import MAIN, PAPER_VARIANTS, pass_cell, pooled
-from agon_lightning.experiments.stats import clopper_pearson
+from agon_lightning.experiments.stats import clopper_pearson, crossed_t
 from agon_lightning.experiments.sweep import MARKER, plan, report, sweep, sweep_main
 
 
@@ -75,7 +75,7 @@ def test_table_paper_runs_the_papers_rows_by_default(tmp_path, capsys):
     assert [line.split()[1] for line in lines[:2]] == ["validate", "fit"]  # zero_shot is evaluated only
 
 
-def test_pooled_cells_give_the_clopper_pearson_interval_over_seeds_and_problems(tmp_path):
+def test_pooled_cells_give_an_interval_over_new_seeds_and_new_problems(tmp_path):
     runs = plan(["agon", "cooperative", "grpo"], [0, 1], tmp_path, EXPERIMENTS)
     rng = random.Random(3)
     for run in runs:
@@ -87,7 +87,10 @@ def test_pooled_cells_give_the_clopper_pearson_interval_over_seeds_and_problems(
     results = report(runs, tmp_path, table="paper")
     k, n, seeds = pooled(results, "agon")
     assert (n, seeds) == (200, 2)
-    low, high = clopper_pearson(k, n)
+    agon = [[ok for ok, _ in r.outcomes[""].values()] for r in results if r.variant == "agon"]
+    d = crossed_t(agon)
+    low, high = max(0.0, d.low), min(1.0, d.high)  # two seeds: a t with about one degree of freedom
+    assert (low, high) != clopper_pearson(k, n)  # not the pooled binomial
     assert pass_cell(results, "agon").startswith(
         f"{100 * k / n:.1f} [{100 * low:.1f}, {100 * high:.1f}] (2 × 100)"
     )

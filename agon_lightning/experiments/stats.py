@@ -249,7 +249,12 @@ def crossed_t(a: np.ndarray, b: np.ndarray | None = None, confidence: float = 0.
         raise ValueError(f"need two equal [seeds, problems] arrays, got {a.shape} and {np.shape(b)}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    var, df = mean_variance(components(d))
+    if d.ndim != 2 or d.shape[1] < 2:
+        raise ValueError(f"need a [seeds, problems] table with at least 2 problems, got shape {d.shape}")
+    if d.shape[0] == 1:  # one seed: only the problems' spread can be seen
+        var, df = float(d.var(ddof=1)) / d.shape[1], float(d.shape[1] - 1)
+    else:
+        var, df = mean_variance(components(d))
     se = math.sqrt(var)
     half = t_quantile(1 - (1 - confidence) / 2, df) * se
     mean = float(d.mean())

@@ -6,8 +6,9 @@ hard split), the whole cascade's cost and what it converted and broke (``val/KEY
 ``…/conversions``, ``…/regressions``), the adapters' error overlap at the first and the last
 evaluation (``val/overlap/*``), and the rollout budget: per step ``(train/draft/length +
 train/challenge/length) × N × P``, with N and P from the run's saved ``config.yaml``, summed
-over steps. Paired comparisons (Agon against GRPO, each ablation against Agon) bootstrap the
-difference in pass@1 over seeds × problems from each run's ``outcomes.jsonl``
+over steps. Paired comparisons (Agon against GRPO, each ablation against Agon) give the difference in
+pass@1 over seeds × problems from each run's ``outcomes.jsonl`` with an interval over new seeds and
+new problems
 (:mod:`agon_lightning.experiments.stats`); the paper's table is :mod:`agon_lightning.experiments.paper_table`'s.
 Running the grid is :mod:`agon_lightning.experiments.sweep`'s job.
 """
@@ -181,11 +182,16 @@ def read_outcomes(run_dir: Path, key: str) -> dict[str, dict[str, tuple[bool, in
     return out
 
 
-def paired(results: Sequence[RunResult], variant: str, reference: str, split: str):
-    """pass@1(variant) − pass@1(reference) on ``split``, paired by seed and problem (a
-    :class:`~agon_lightning.experiments.stats.PairedDifference`), over the seeds both ran and the
-    problems every one of those runs evaluated; ``None`` when they share none."""
-    from agon_lightning.experiments.stats import paired_bootstrap
+def paired(results: Sequence[RunResult], variant: str, reference: str, split: str, method: str = "crossed"):
+    """pass@1(variant) − pass@1(reference) on ``split``, paired by seed and problem, over the seeds
+    both ran and the problems every one of those runs evaluated; ``None`` when they share none.
+
+    ``method``: ``crossed`` (default), the t interval over new seeds and new problems
+    (:func:`~agon_lightning.experiments.stats.crossed_t`); ``bootstrap``, the two-level percentile
+    bootstrap S1 registered (:func:`~agon_lightning.experiments.stats.paired_bootstrap`), which
+    under-covers with 3 seeds (``agon_lightning/experiments/coverage.py``).
+    """
+    from agon_lightning.experiments.stats import crossed_t, paired_bootstrap
 
     ours = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == variant}
     theirs = {r.seed: r.outcomes.get(split, {}) for r in results if r.variant == reference}
@@ -193,13 +199,19 @@ def paired(results: Sequence[RunResult], variant: str, reference: str, split: st
         return None
     if variant in EVAL_ONLY and len(ours) == 1 and len(theirs) > 1:  # untrained: one seed stands for all
         ours = dict.fromkeys(theirs, next(iter(ours.values())))
+    if reference in EVAL_ONLY and len(theirs) == 1 and len(ours) > 1:
+        theirs = dict.fromkeys(ours, next(iter(theirs.values())))
     seeds = sorted(ours.keys() & theirs.keys())
     questions = sorted(set.intersection(*(set(ours[s]) & set(theirs[s]) for s in seeds))) if seeds else []
-    if not questions:
+    if len(questions) < 2:
         return None
     a = [[ours[s][q][0] for q in questions] for s in seeds]
     b = [[theirs[s][q][0] for q in questions] for s in seeds]
-    return paired_bootstrap(a, b)
+    if method == "bootstrap":
+        return paired_bootstrap(a, b)
+    if method != "crossed":
+        raise ValueError(f"method must be 'crossed' or 'bootstrap', got {method!r}")
+    return crossed_t(a, b)
 
 
 def compare(results: Sequence[RunResult], variant: str, reference: str, split: str) -> str | None:
@@ -275,8 +287,8 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
     rows = [r for r in rows if any(r[2])]
     if rows:
         lines += [
-            "", "Paired differences in pass@1 (variant − reference; mean [95% bootstrap interval] over "
-            "seeds × problems, pairing runs of the same seed on the same problem):", "",
+            "", "Paired differences in pass@1 (variant − reference; mean [95% interval over new seeds and new "
+            "problems], pairing runs of the same seed on the same problem):", "",
             "| variant − reference | " + " | ".join(name for _, name in SPLITS) + " |",
             "|---|" + "---|" * len(SPLITS),
         ]  # fmt: skip
