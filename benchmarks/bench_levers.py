@@ -149,12 +149,12 @@ def step_parts(module: Any, problems: list[Any], n: int) -> tuple[float, float]:
     from agon_lightning.training.grpo import group_advantages
 
     start = time.process_time()
-    record = module._play(problems)
+    record = module.play(problems)
     played = time.process_time()
     roles = [record.draft] + ([record.challenge] if record.challenge is not None else [])
     for role in roles:
         role.advantages, _ = group_advantages(role.rewards + 0.1 * torch.randn(len(role.rewards)), n)
-    module._update(roles)
+    module.update(roles)
     return played - start, time.process_time() - played
 
 

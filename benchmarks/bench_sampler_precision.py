@@ -116,8 +116,10 @@ def measure(dtype: str, new_tokens: int, seed: int) -> dict[str, Any]:
                 seconds = min(seconds, time.perf_counter() - start)
             sampler = torch.stack(drawn, dim=1)[:, : rb.completion_ids.shape[1]]  # [B, T]
             with torch.no_grad():
+                from agon_lightning.training.update import policy_logprobs
+
                 adapter = "alpha" if rows == "adapter" else None
-                trainer_logp = module._logprobs(adapter, rb, slice(0, len(rb)))[0]
+                trainer_logp = policy_logprobs(module, adapter, rb, slice(0, len(rb)))[0]
             mask = rb.completion_mask.float()
             gap = float(((sampler - trainer_logp).abs() * mask).sum() / mask.sum())
             reported = getattr(rb, "logprobs", None)

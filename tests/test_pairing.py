@@ -46,7 +46,7 @@ def test_a_shared_opponent_is_one_draft_per_group_read_and_graded_by_every_chall
     tiny_model_dir, problems
 ):
     module = make_module(tiny_model_dir, pairing="shared")
-    record = module._play(problems)
+    record = module.play(problems)
     first = [g * N for g in range(len(problems)) for _ in range(N)]
     assert record.opponents.tolist() == first
     grouped = [p for p in problems for _ in range(N)]
@@ -77,7 +77,7 @@ def test_self_refinement_is_one_adapter_in_both_stages_without_a_bonus(tiny_mode
     assert module.adapter_names == ("alpha",) and module.evaluator.deployed_key == "cascade_aa"
     for step in range(2):
         module.agon_step = step
-        record = module._play(problems)
+        record = module.play(problems)
         assert (record.draft.adapter, record.challenge.adapter) == ("alpha", "alpha")
         c = record.challenge
         torch.testing.assert_close(c.rewards, 2 * c.correct + 0.5 * phi(c.rollouts.texts))

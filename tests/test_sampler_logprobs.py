@@ -21,6 +21,7 @@ from agon_lightning.rollout import merged as merged_weights
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.training.grpo import logprob_mismatch
 from agon_lightning.training.module import AgonModule, GRPOOptions
+from agon_lightning.training.update import policy_logprobs
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 # adapter rows' mismatch over the base rows', bf16: the low-rank term in float32 keeps the adapter's
@@ -68,9 +69,9 @@ def mismatch(module: AgonModule, adapter: str, fused: bool, seed: int = 1) -> fl
             module.policy.set_adapter(adapter)
             rb = rollout.generate(module.policy, module.tokenizer, prompts, 8)
     with torch.no_grad():
-        trainer_logp = module._logprobs(None if adapter == BASE_ADAPTER else adapter, rb, slice(0, len(rb)))[
-            0
-        ]
+        trainer_logp = policy_logprobs(
+            module, None if adapter == BASE_ADAPTER else adapter, rb, slice(0, len(rb))
+        )[0]
     assert rb.logprobs is not None and rb.logprobs.shape == rb.completion_ids.shape
     assert float((rb.logprobs * (1 - rb.completion_mask)).abs().max()) == 0.0, "0 on padding"
     return float(logprob_mismatch(trainer_logp, rb.logprobs, rb.completion_mask))

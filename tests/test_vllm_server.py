@@ -31,6 +31,7 @@ from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.server import VLLMServerRollout
 from agon_lightning.rollout.server_http import ReplicaError
 from agon_lightning.training.module import AgonModule, GRPOOptions
+from agon_lightning.training.update import policy_logprobs
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 # vllm: skipped without it, naming the install (tests/conftest.py); CI runs these in its `-m vllm` stage.
@@ -154,7 +155,7 @@ def greedy(module, adapter, texts):
 
 def hf_greedy(module, adapter, texts):
     hf = HFRollout(max_new_tokens=module.rollout.max_new_tokens)
-    return sample_with(module.policy, hf, module.tokenizer, adapter, texts, 1, True, module._trainable).texts
+    return sample_with(module.policy, hf, module.tokenizer, adapter, texts, 1, True, module.trainable).texts
 
 
 def test_alpha_beta_and_the_base_give_three_answers_each_the_trainers(module, servers):
@@ -194,8 +195,10 @@ def test_server_log_probs_are_the_trainers_within_the_in_process_bound(module):
     for adapter in ("alpha", "beta", None):
         rb = module.rollout.generate(module.policy, module.tokenizer, texts, 2, adapter_names=[adapter] * 4)
         with torch.no_grad():
-            ours = module._logprobs(adapter, rb, slice(0, len(rb)))[0]
-            other = module._logprobs("beta" if adapter != "beta" else "alpha", rb, slice(0, len(rb)))[0]
+            ours = policy_logprobs(module, adapter, rb, slice(0, len(rb)))[0]
+            other = policy_logprobs(module, "beta" if adapter != "beta" else "alpha", rb, slice(0, len(rb)))[
+                0
+            ]
         mask = rb.completion_mask.bool()
         gap = float((ours - rb.logprobs).abs()[mask].max())
         assert gap < LOGP_TOL, (adapter, gap)
@@ -206,7 +209,7 @@ def test_server_log_probs_are_the_trainers_within_the_in_process_bound(module):
     for adapter in ("alpha", "beta", None):
         rows = [i for i, n in enumerate(n for n in names for _ in range(2)) if n == adapter]
         with torch.no_grad():
-            ours = module._logprobs(adapter, rb, slice(0, len(rb)))[0]
+            ours = policy_logprobs(module, adapter, rb, slice(0, len(rb)))[0]
         gap = ((ours - rb.logprobs).abs() * rb.completion_mask)[rows].max()
         assert float(gap) < LOGP_TOL, (adapter, float(gap))
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import lightning as L
@@ -28,157 +27,50 @@ import torch
 from jsonargparse import lazy_instance
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
 
 from agon_lightning.adapters.policy import (
     LoraOptions,
     adapter_parameters,
     attach_adapters,
-    completion_hidden_states,
     enable_checkpointing,
     generating,
     load_base,
     logit_head,
-    output_weight,
     sample_with,
-    using,
 )
-from agon_lightning.adapters.shared_prompt import sample_groups
 from agon_lightning.data.base import ProblemDataModule
-from agon_lightning.names import ALPHA
 from agon_lightning.pipeline import challenge_prompts, solve_batch
 from agon_lightning.prompts import Prompts
 from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.hf import HFRollout
-from agon_lightning.rollout.prefetch import Ahead, DraftPrefetch, too_stale, versions_behind
-from agon_lightning.strategies import check_strategy, gathered, local_grads
+from agon_lightning.rollout.prefetch import DraftSource
+from agon_lightning.strategies import check_strategy, gathered
 from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
-from agon_lightning.training.grpo import (
-    AGGREGATIONS,
-    STD_KINDS,
-    LossNormalizer,
-    clipped_policy_loss,
-    effective_sample_size,
-    group_advantages,
-    logprob_mismatch,
-    sampler_correction,
-    tis_clip_fraction,
-    token_logprobs,
-)
+from agon_lightning.training.grpo import LossNormalizer
+from agon_lightning.training.options import GRPOOptions
+from agon_lightning.training.records import RoleRollout, StepRecord, correct_of, graded_of, rows_of
 from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
+from agon_lightning.training.step_metrics import exchange_counts, exchange_rates, step_metrics
+from agon_lightning.training.update import (
+    loss_mask,
+    nonfinite_roles,
+    role_loss,
+    sampling_logprobs,
+    set_advantages,
+)
 from agon_lightning.training.validation import CascadeEvaluator
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.types import Problem
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
+# Importable from here as before they moved.
+__all__ = ["AgonModule", "GRPOOptions", "RoleRollout", "StepRecord", "check_adapter_state", "step_metrics",
+           "exchange_counts", "exchange_rates"]  # fmt: skip
+
 DEFAULT_BASE = "agon:tiny-qwen3"
-
-
-@dataclass
-class GRPOOptions:
-    """The policy-gradient settings, shared by both roles.
-
-    Attributes:
-        num_generations: N, rollouts per problem (the group size).
-        scale_std: Divide advantages by the group std (``False`` = Dr. GRPO centring only).
-        std: Which group std: ``population`` (÷N, the default) or ``unbiased`` (÷(N−1), TRL's).
-            Unbiased makes advantages √((N−1)/N) as large (0.935× at N = 8; TRL's are 1.069×
-            ours). ``population`` is the default so every result recorded with this project
-            stays reproducible; the choice only rescales advantages, like a learning-rate change.
-        epsilon_low: Lower clip range of the importance ratio.
-        epsilon_high: Upper clip range (``> epsilon_low`` is DAPO's clip-higher).
-        num_iterations: μ, optimizer steps on the same rollouts.
-        kl_beta: β, weight of the KL to the frozen base (0 = no reference pass at all).
-        loss_aggregation: ``token_mean`` | ``seq_mean`` | ``dr_grpo``.
-        mask_truncated: Drop completions that hit ``max_new_tokens`` from the loss.
-        logprob_chunk_size: Tokens per chunk when computing log-probs from hidden states.
-        micro_batch_size: Sequences per role per backward (0 = the whole step at once).
-        tis_cap: Cap of the truncated importance-sampling correction ``min(exp(trainer −
-            sampler), cap)`` applied per token to the surrogate, from the sampling log-probs
-            every rollout backend reports (vLLM, the decode loop, ``generate``); ``None`` = off.
-            Typical: 2. Required with ``rollout.max_staleness`` >= 1, where it corrects for drafts
-            sampled one version behind. Logged: ``train/tis_clip_fraction`` (tokens whose weight
-            hit the cap) and ``train/ess`` (the weights' effective sample size, in [0, 1]).
-    """
-
-    num_generations: int = 8
-    scale_std: bool = True
-    std: str = "population"
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
-    num_iterations: int = 1
-    kl_beta: float = 0.0
-    loss_aggregation: str = "token_mean"
-    mask_truncated: bool = False
-    logprob_chunk_size: int = 1024
-    micro_batch_size: int = 0
-    tis_cap: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_generations < 2:
-            raise ValueError(
-                f"grpo.num_generations (N) must be >= 2 for group advantages, got {self.num_generations}"
-            )
-        if self.num_iterations < 1:
-            raise ValueError(f"grpo.num_iterations (μ) must be >= 1, got {self.num_iterations}")
-        if self.epsilon_low < 0 or self.epsilon_high < 0:
-            raise ValueError(
-                f"grpo.epsilon_low/high must be >= 0, got {self.epsilon_low}/{self.epsilon_high}"
-            )
-        if self.kl_beta < 0:
-            raise ValueError(f"grpo.kl_beta must be >= 0, got {self.kl_beta}")
-        if self.std not in STD_KINDS:
-            raise ValueError(f"grpo.std must be one of {STD_KINDS}, got {self.std!r}")
-        if self.loss_aggregation not in AGGREGATIONS:
-            raise ValueError(
-                f"grpo.loss_aggregation must be one of {AGGREGATIONS}, got {self.loss_aggregation!r}"
-            )
-        if self.micro_batch_size < 0:
-            raise ValueError(f"grpo.micro_batch_size must be >= 0, got {self.micro_batch_size}")
-        if self.tis_cap is not None and self.tis_cap <= 0:
-            raise ValueError(f"grpo.tis_cap must be > 0 or null (off), got {self.tis_cap}")
-
-
-@dataclass
-class RoleRollout:
-    """One role's rollouts in a step, with their verdicts and rewards."""
-
-    adapter: str
-    rollouts: RolloutBatch
-    verdicts: list[Verdict]
-    rewards: Tensor
-    advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
-    old_logp: Tensor | None = None
-    role: Literal["drafter", "challenger"] = "drafter"
-    # [B] the policy version each row was sampled with (AgonModule.policy_version)
-    versions: Tensor | None = None
-
-    @property
-    def correct(self) -> Tensor:
-        return _correct(self.verdicts)
-
-
-@dataclass
-class StepRecord:
-    """What happened in the last training step, for callbacks (samples, lengths, divergence)."""
-
-    step: int
-    problems: list[Problem]
-    draft: RoleRollout
-    summaries: list[str] = field(default_factory=list)
-    challenge: RoleRollout | None = None
-    # Row i: the draft challenge i read and was graded against (see schedule.opponent_rows).
-    opponents: Tensor | None = None
-    reward_terms: dict[str, float] = field(default_factory=dict)  # RoleRewards.metrics()
-
-    @property
-    def opponent_correct(self) -> Tensor:
-        """``[P * N]`` correctness of the draft each challenge was paired with."""
-        c = self.draft.correct
-        return c if self.opponents is None else c[self.opponents]
 
 
 class AgonModule(L.LightningModule):
@@ -262,12 +154,8 @@ class AgonModule(L.LightningModule):
                 f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
                 "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
             )
-        if rollout.max_staleness and grpo.tis_cap is None:
-            raise ValueError(
-                f"rollout.max_staleness={rollout.max_staleness} trains on drafts sampled one adapter version "
-                "behind, which the loss corrects with truncated importance weights, but grpo.tis_cap is null; "
-                "set it (e.g. --model.grpo.tis_cap=2), or rollout.max_staleness=0"
-            )
+        self.drafts = DraftSource(rollout, corrected=grpo.tis_cap is not None)
+        """Where each step's drafts come from (public): sampled in the step, or ahead of it."""
         self.save_hyperparameters(
             ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
         )
@@ -302,10 +190,6 @@ class AgonModule(L.LightningModule):
         self.skips_in_a_row = 0
         self.policy_version = 0
         """Updates the adapters have taken (public; saved in checkpoints): the version samples record."""
-        self.dropped_samples = 0  # drafts sampled ahead but too stale, or for other problems (saved)
-        self._prefetch: DraftPrefetch | None = None  # the next step's drafts, being sampled during the update
-        self._ahead: Ahead | None = None  # the next step's drafts, sampled
-        self._changed: list[str] = []  # adapters updated while a prefetch ran, told to the rollout after it
         self.policy: Any = None
         """The PEFT model holding the base and every adapter (public); built in ``configure_model``."""
         self.tokenizer: Any = None
@@ -326,9 +210,9 @@ class AgonModule(L.LightningModule):
         if self.gradient_checkpointing:
             enable_checkpointing(self.policy)
         self._bind_adapters()
-        for p in self._trainable:
+        for p in self.trainable:
             p.requires_grad_(True)
-        self._logit_head = logit_head(self.policy)  # refuses a model whose logits it cannot reproduce
+        self.logit_head = logit_head(self.policy)  # refuses a model whose logits it cannot reproduce
 
     def _bind_adapters(self) -> None:
         """What trains, is saved and is restored: each adapter's parameters, found by adapter name.
@@ -337,8 +221,10 @@ class AgonModule(L.LightningModule):
         active adapter changes — once the adapters are attached and again once a strategy has
         sharded the model (FSDP2 puts new parameter objects in place).
         """
-        self._adapter_params = {name: adapter_parameters(self.policy, name) for name in self.adapter_names}
-        self._trainable = [p for name in self.adapter_names for p in self._adapter_params[name]]
+        self.adapter_params = {name: adapter_parameters(self.policy, name) for name in self.adapter_names}
+        """Each adapter's parameters, by name (public)."""
+        self.trainable = [p for name in self.adapter_names for p in self.adapter_params[name]]
+        """Every adapter parameter: what trains (public)."""
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
@@ -360,7 +246,7 @@ class AgonModule(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         self._bind_adapters()  # runs after the strategy has sharded the model
-        groups = [{"params": self._adapter_params[n], "name": n} for n in self.adapter_names]
+        groups = [{"params": self.adapter_params[n], "name": n} for n in self.adapter_names]
         optimizer = self.optimizer_factory(groups)
         if self.scheduler_factory is None:
             return optimizer
@@ -372,7 +258,7 @@ class AgonModule(L.LightningModule):
     ) -> RolloutBatch:
         """Sample with ``adapter`` (``None`` = the base with adapters disabled)."""
         return sample_with(
-            self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy, self._trainable,
+            self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy, self.trainable,
             self._sampling_weights,
         )  # fmt: skip
 
@@ -414,23 +300,23 @@ class AgonModule(L.LightningModule):
             "or return 0 or 1 from the function"
         )
 
-    def _play(self, problems: list[Problem]) -> StepRecord:
+    def play(self, problems: list[Problem]) -> StepRecord:
         """Generate, verify and reward both roles for one step (no gradients)."""
         n = self.grpo.num_generations
-        # GRPO has one adapter, which drafts every step whatever the schedule says.
-        drafter, challenger = roles_for_step(
-            self.agon_step, self.schedule if self.game == "agon" else "fixed"
-        )
-        drafts, version = self._drafts(problems, drafter)
+        drafter, challenger = self._roles(self.agon_step)
+        drafts, version = self.drafts.drafts(
+            self.agon_step, problems, drafter, self.policy_version,
+            lambda: self.sample(drafter, [self.prompts.draft_prompt(self.tokenizer, p) for p in problems], n),
+        )  # fmt: skip
         grouped = [p for p in problems for _ in range(n)]
         draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
         draft = RoleOutcome(
-            _correct(draft_verdicts), drafts.lengths.cpu(), drafts.texts, _graded(draft_verdicts)
+            correct_of(draft_verdicts), drafts.lengths.cpu(), drafts.texts, graded_of(draft_verdicts)
         )
         self._tell_if_cut(draft)
         record = StepRecord(
             self.agon_step, problems,
-            RoleRollout(drafter, drafts, draft_verdicts, draft.correct, versions=_rows_of(version, len(drafts))),
+            RoleRollout(drafter, drafts, draft_verdicts, draft.correct, versions=rows_of(version, len(drafts))),
         )  # fmt: skip
         if self.game == "grpo":
             rewards = self.reward(Outcomes(draft))
@@ -445,10 +331,10 @@ class AgonModule(L.LightningModule):
         outcomes = Outcomes(
             draft,
             RoleOutcome(
-                _correct(challenge_verdicts),
+                correct_of(challenge_verdicts),
                 challenges.lengths.cpu(),
                 challenges.texts,
-                _graded(challenge_verdicts),
+                graded_of(challenge_verdicts),
             ),
             None if self.pairing == "per_rollout" else draft.select(rows),
         )
@@ -457,168 +343,36 @@ class AgonModule(L.LightningModule):
         record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
         record.challenge = RoleRollout(
             challenger, challenges, challenge_verdicts, rewards.challenge, role="challenger",
-            versions=_rows_of(self.policy_version, len(challenges)),
+            versions=rows_of(self.policy_version, len(challenges)),
         )  # fmt: skip
         record.opponents = None if self.pairing == "per_rollout" else rows
         return record
 
-    # ------------------------------------------------------------------ sampling ahead
-    def _drafts(self, problems: list[Problem], drafter: str) -> tuple[RolloutBatch, int]:
-        """This step's drafts and the policy version they were sampled with: sampled ahead when they can be.
+    def _roles(self, step: int) -> tuple[str, str]:
+        """``(drafter, challenger)`` at ``step``; GRPO's one adapter drafts every step whatever the schedule."""
+        return roles_for_step(step, self.schedule if self.game == "agon" else "fixed")
 
-        Drafts sampled ahead (:mod:`agon_lightning.rollout.prefetch`) are used when they are for this
-        step's problems and drafter and at most ``rollout.max_staleness`` versions behind; otherwise
-        they are dropped (counted, with a warning) and the drafts are sampled now.
-        """
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.rollouts is not None:
-            # one version for the whole batch: one comparison
-            if ahead.step == self.agon_step and ahead.adapter == drafter and ahead.problems == problems:
-                if not too_stale(ahead.version, self.policy_version, self.rollout.max_staleness):
-                    return ahead.rollouts, ahead.version
-                why = (
-                    f"{versions_behind(ahead.version, self.policy_version)} versions behind, more than "
-                    f"rollout.max_staleness={self.rollout.max_staleness}"
-                )
-            else:
-                why = f"sampled for step {ahead.step}'s problems by {ahead.adapter}"
-            self.dropped_samples += len(ahead.rollouts)
-            rank_zero_warn(
-                f"step {self.agon_step}: dropped {len(ahead.rollouts)} drafts sampled ahead ({why}); sampling "
-                f"them again at version {self.policy_version} ({self.dropped_samples} dropped in all)"
-            )
-        prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
-        return self.sample(drafter, prompts, self.grpo.num_generations), self.policy_version
-
-    def _next_step_runs(self) -> bool:
-        """Whether another training step follows this one in this epoch (as far as the trainer knows now)."""
-        trainer = self.trainer
-        if trainer.is_last_batch or trainer.should_stop:
-            return False
-        return trainer.max_steps < 0 or trainer.global_step + self.grpo.num_iterations < trainer.max_steps
-
-    def _sample_ahead(self) -> None:
-        """With ``rollout.max_staleness`` >= 1, start the next step's drafts in the background (before the update).
-
-        The thread samples the adapter versions the backend holds now — this step's — and pushes
-        nothing: the update's changes reach the backend after it (:meth:`_collect_ahead`).
-        """
-        if not self.rollout.max_staleness or not self._next_step_runs():
-            return
-        problems = self._peek_next_batch()
-        if problems is None:  # the epoch's last batch: the next epoch's first step samples its own
-            return
+    def _next_drafts(self, problems: list[Problem]) -> tuple[int, str, Any]:
+        """The next step, its drafter, and the call sampling its drafts with the adapters the backend holds now."""
         step = self.agon_step + 1
-        drafter, _ = roles_for_step(step, self.schedule if self.game == "agon" else "fixed")
+        drafter, _ = self._roles(step)
         prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
         n = self.grpo.num_generations
-        self._prefetch = DraftPrefetch(
-            Ahead(step, list(problems), drafter, self.policy_version),
+        return (
+            step,
+            drafter,
             lambda: self.rollout.generate_ahead(
                 self.policy, self.tokenizer, prompts, n, [drafter] * len(prompts)
             ),
         )
 
-    def _peek_next_batch(self) -> list[Problem] | None:
-        loader = self.trainer.train_dataloader
-        peek = getattr(loader, "peek", None)
-        if peek is None:
-            raise TypeError(
-                f"rollout.max_staleness={self.rollout.max_staleness} drafts the next step's problems ahead, which "
-                f"needs a training loader that can show its next batch (peek()), but it is a {type(loader).__name__}; "
-                "return an agon_lightning.data.base.ResumableDataLoader (every ProblemDataModule does), or set "
-                "rollout.max_staleness=0"
-            )
-        return peek()
-
-    def _collect_ahead(self, failed: bool = False) -> float:
-        """Join the thread sampling ahead; tell the rollout of the update's changes; the seconds waited.
-
-        Its exception is raised here (any process's stops every process: one collective, on every
-        rank alike whenever ``rollout.max_staleness`` >= 1). With ``failed`` (the update itself
-        raised) the drafts are only waited for and dropped, and nothing collective is called.
-        """
-        prefetch, self._prefetch = self._prefetch, None
-        t0 = time.perf_counter()
-        error = prefetch.wait() if prefetch is not None else None
-        waited = time.perf_counter() - t0
-        changed, self._changed = self._changed, []
-        if changed:
-            self.rollout.on_weights_updated(self.policy, changed)
-        if failed or not self.rollout.max_staleness:
-            return waited
-        if self.trainer.strategy.reduce_boolean_decision(error is not None, all=False):
-            raise error or RuntimeError(
-                "another process failed sampling the next step's drafts ahead (its log names why)"
-            )
-        self._ahead = prefetch.ahead if prefetch is not None else None
-        return waited
-
-    def _weights_updated(self, adapters: list[str]) -> None:
-        """Tell the rollout ``adapters`` changed; while the next step's drafts are sampled, once they are done."""
-        if self._prefetch is None:
-            self.rollout.on_weights_updated(self.policy, adapters)
-        else:
-            self._changed.extend(a for a in adapters if a not in self._changed)
+    @property
+    def dropped_samples(self) -> int:
+        """Drafts sampled ahead but dropped, too stale or for other problems (saved in checkpoints)."""
+        return self.drafts.dropped
 
     # ------------------------------------------------------------------ update
-    def _logprobs(self, adapter: str | None, rollouts: RolloutBatch, rows: slice) -> tuple[Tensor, Tensor]:
-        """``(log-probs, entropies)`` ``[B, T]`` of the completions ``rows`` under ``adapter`` (``None``: the base).
-
-        The rows of a GRPO group share their prompt's leading tokens, which run once per group.
-        """
-        rb = rollouts.select(rows)
-        groups = sample_groups(rows, len(rollouts), self.grpo.num_generations)
-        args = (self.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
-        with using(self.policy, adapter, self._trainable):
-            hidden = completion_hidden_states(*args)
-        return token_logprobs(hidden, output_weight(self.policy), rb.completion_ids, self._temperature,
-                              self.grpo.logprob_chunk_size, self._logit_head)  # fmt: skip
-
-    @property
-    def _temperature(self) -> float:
-        return float(self.rollout.temperature)
-
-    def _loss_mask(self, rb: RolloutBatch) -> Tensor:
-        mask = rb.completion_mask
-        if self.grpo.mask_truncated:
-            mask = mask * (~rb.truncated).long().unsqueeze(1)
-        return mask
-
-    def _role_loss(
-        self, role: RoleRollout, rows: slice, norm: LossNormalizer
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        rb = role.rollouts.select(rows)
-        logp, entropy = self._logprobs(role.adapter, role.rollouts, rows)
-        old = logp.detach() if role.old_logp is None else role.old_logp[rows]
-        ref = None
-        if self.grpo.kl_beta > 0:
-            with torch.no_grad():
-                ref, _ = self._logprobs(None, role.rollouts, rows)
-        mask = self._loss_mask(rb)
-        weights = None
-        if self.grpo.tis_cap is not None:
-            if rb.logprobs is None:
-                raise ValueError(
-                    f"grpo.tis_cap={self.grpo.tis_cap} needs the sampling log-probs, but "
-                    f"{type(self.rollout).__name__} returned none; set grpo.tis_cap to null"
-                )
-            weights = sampler_correction(old, rb.logprobs.to(old.device), self.grpo.tis_cap)
-        loss, stats = clipped_policy_loss(
-            logp, old, role.advantages[rows].to(logp.device), mask, norm, self.grpo.epsilon_low,
-            self.grpo.epsilon_high, self.grpo.loss_aggregation, ref, self.grpo.kl_beta, weights,
-        )  # fmt: skip
-        if weights is not None:  # how much the truncated importance weights had to correct
-            stats["tis_clip_fraction"] = tis_clip_fraction(
-                old, rb.logprobs.to(old.device), self.grpo.tis_cap, mask
-            )
-            stats["ess"] = effective_sample_size(weights, mask)
-        stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-        if rb.logprobs is not None:  # how far the sampling policy is from the trainer's
-            stats["logprob_mismatch"] = logprob_mismatch(old, rb.logprobs.to(old.device), rb.completion_mask)
-        return loss, stats
-
-    def _update(self, roles: list[RoleRollout]) -> dict[str, float]:
+    def update(self, roles: list[RoleRollout]) -> dict[str, float]:
         """μ optimizer steps on the step's rollouts; each micro-batch is one joint backward of both roles.
 
         A backward whose loss or gradient is not finite reaches no adapter: the step is skipped
@@ -629,19 +383,13 @@ class AgonModule(L.LightningModule):
         mb = self.grpo.micro_batch_size or total
         norms = [
             LossNormalizer(
-                len(r.rollouts), int(self._loss_mask(r.rollouts).sum()), self.rollout.max_new_tokens
+                len(r.rollouts), int(loss_mask(r.rollouts, self.grpo.mask_truncated).sum()),
+                self.rollout.max_new_tokens,
             )
             for r in roles
-        ]
+        ]  # fmt: skip
         if self.grpo.num_iterations > 1:  # the sampling policy's log-probs, before any update
-            with torch.no_grad():
-                for r in roles:  # in micro-batches too: micro_batch_size bounds every forward
-                    r.old_logp = torch.cat(
-                        [
-                            self._logprobs(r.adapter, r.rollouts, slice(i, i + mb))[0]
-                            for i in range(0, total, mb)
-                        ]
-                    )
+            sampling_logprobs(self, roles, mb)  # in micro-batches too: micro_batch_size bounds every forward
         stats_sum: dict[str, float] = {}
         for _ in range(self.grpo.num_iterations):
             opt.zero_grad(set_to_none=True)
@@ -650,9 +398,9 @@ class AgonModule(L.LightningModule):
                 rows = slice(start, start + mb)
                 loss = torch.zeros((), device=self.device)
                 for i, (r, norm) in enumerate(zip(roles, norms)):
-                    role_loss, stats = self._role_loss(r, rows, norm)
-                    loss = loss + role_loss
-                    value = float(role_loss.detach())
+                    loss_i, stats = role_loss(self, r, rows, norm)
+                    loss = loss + loss_i
+                    value = float(loss_i.detach())
                     finite[i] = finite[i] and math.isfinite(value)
                     share = min(mb, total - start) / total / len(roles) / self.grpo.num_iterations
                     for k, v in stats.items():
@@ -660,7 +408,7 @@ class AgonModule(L.LightningModule):
                     stats_sum["loss"] = stats_sum.get("loss", 0.0) + value / self.grpo.num_iterations
                 # Always backward, even on a NaN: under DDP every rank must join each all-reduce.
                 self.manual_backward(loss)
-            bad = self._nonfinite(roles, finite)
+            bad = nonfinite_roles(self, roles, finite)
             if self.trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
                 opt.zero_grad(set_to_none=True)
                 self._skip(bad or ["another process's"])
@@ -668,39 +416,13 @@ class AgonModule(L.LightningModule):
             if self.max_grad_norm is not None:
                 self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
-            self._weights_updated(list(dict.fromkeys(r.adapter for r in roles)))
+            self.drafts.weights_updated(self.policy, list(dict.fromkeys(r.adapter for r in roles)))
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
         self.skips_in_a_row = 0
         self.policy_version += 1
         return stats_sum
-
-    def _overlapped_update(self, roles: list[RoleRollout]) -> tuple[dict[str, float], float]:
-        """:meth:`_update` with the next step's drafts sampled meanwhile; the stats and the seconds waited for them.
-
-        The thread is always joined before this returns, also when the update raises.
-        """
-        self._sample_ahead()
-        try:
-            stats = self._update(roles)
-        except BaseException:
-            self._collect_ahead(failed=True)
-            raise
-        return stats, self._collect_ahead()
-
-    def _nonfinite(self, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
-        """The roles (``"drafter (alpha)"``) whose loss or adapter gradient is NaN or infinite."""
-        bad = []
-        for i, role in enumerate(roles):  # i: the role's place in finite_loss
-            # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
-            grads = local_grads(self._adapter_params[role.adapter])
-            # One device sync per adapter, not one per tensor.
-            grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-            if not (finite_loss[i] and grads_ok):
-                what = "loss" if not finite_loss[i] else "gradient"
-                bad.append(f"{role.role} ({role.adapter}, non-finite {what})")
-        return bad
 
     def _skip(self, bad: list[str]) -> None:
         """Drop this step's update; stop after ``max_consecutive_skips`` in a row."""
@@ -721,31 +443,23 @@ class AgonModule(L.LightningModule):
 
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
         t0 = time.perf_counter()
-        record = self._play(batch)
+        record = self.play(batch)
         t1 = time.perf_counter()
-        n = self.grpo.num_generations
-        roles = [record.draft] + ([record.challenge] if record.challenge is not None else [])
-        zero_std = []
-        for role in roles:
-            role.advantages, zs = group_advantages(role.rewards, n, self.grpo.scale_std, std=self.grpo.std)
-            zero_std.append(zs.float())
-        if self.rollout.max_staleness:
-            # how many versions behind the weights they update this step's samples are
-            behind = torch.cat([versions_behind(r.versions, self.policy_version) for r in roles])
-            stats, waited = self._overlapped_update(roles)
-        else:
-            stats, waited = self._update(roles), None
+        roles = record.roles
+        zero_std = set_advantages(roles, self.grpo)
+        with self.drafts.around_update(
+            self.trainer, self.policy, [r.versions for r in roles], self.policy_version, self._next_drafts,
+            self.grpo.num_iterations,
+        ) as ahead:  # fmt: skip
+            stats = self.update(roles)
         t2 = time.perf_counter()
         metrics = step_metrics(record)
         metrics.update({f"train/{k}": v for k, v in stats.items()})
-        metrics["train/frac_zero_std_groups"] = float(torch.cat(zero_std).mean())
+        metrics["train/frac_zero_std_groups"] = float(zero_std.mean())
         metrics["train/skipped_steps"] = float(self.skipped_steps)
         metrics["time/generate_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
-        if waited is not None:  # how far behind this step's samples were, and what sampling ahead cost
-            metrics["rollout/staleness"] = float(behind.max())  # the drafts'; challenges are never behind
-            metrics["rollout/dropped_samples"] = float(self.dropped_samples)
-            metrics["time/ahead_wait_s"] = waited
+        metrics.update(ahead)  # sampling ahead: how far behind this step's samples were, what it cost
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=True)
         if record.challenge is not None:
             # Rates from counts summed over every process, so each rank logs the same keys (no DDP hang).
@@ -772,7 +486,7 @@ class AgonModule(L.LightningModule):
             self._evaluate_outside_loop()
 
     def on_train_end(self) -> None:
-        self._ahead = None  # drafts sampled for a step that did not come (the run stopped early)
+        self.drafts.discard()  # drafts sampled for a step that did not come (the run stopped early)
         # The final point of the curve, unless the last validation already ran at this step.
         if self.validate_at_start and (
             not self.evaluator.history or self.evaluator.history[-1][0] != self.global_step
@@ -843,7 +557,7 @@ class AgonModule(L.LightningModule):
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self.skips_in_a_row = int(state.get("skips_in_a_row", 0))
         self.policy_version = int(state.get("policy_version", self.agon_step - self.skipped_steps))
-        self.dropped_samples = int(state.get("dropped_samples", 0))
+        self.drafts.dropped = int(state.get("dropped_samples", 0))
 
 
 def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -872,91 +586,3 @@ def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], m
             + ": "
             + "; ".join(problems)
         )
-
-
-def _rows_of(version: int, rows: int) -> Tensor:
-    """``[rows]`` the policy version of each row of a batch sampled with ``version``."""
-    return torch.full((rows,), version, dtype=torch.long)
-
-
-def _correct(verdicts: list[Verdict]) -> Tensor:
-    return torch.tensor([v.correct for v in verdicts], dtype=torch.float32)
-
-
-def _graded(verdicts: list[Verdict]) -> Tensor | None:
-    """``[B]`` each verdict's graded reward (NaN where none applies); ``None`` when no verdict has one."""
-    if not any(v.rewards for v in verdicts):
-        return None
-    return torch.tensor([math.nan if v.reward is None else v.reward for v in verdicts], dtype=torch.float32)
-
-
-def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
-    """``{prefix}<name>/mean`` and ``/std`` of each reward function's values, as TRL logs them.
-
-    Values that are ``None`` (the function does not apply) are left out; a function that applied
-    to no row has no entry. The std is TRL's (``nanstd``: with Bessel's correction), 0 for one value
-    (where TRL's is NaN).
-    """
-    out: dict[str, float] = {}
-    names = dict.fromkeys(name for v in verdicts for name in v.rewards)
-    for name in names:
-        values = torch.tensor(
-            [x for v in verdicts if (x := v.rewards.get(name)) is not None], dtype=torch.float64
-        )
-        if values.numel():
-            out[f"{prefix}{name}/mean"] = float(values.mean())
-            # TRL's nanstd: Bessel-corrected (÷ n − 1); one value has no spread
-            out[f"{prefix}{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
-    return out
-
-
-def _mean(values: Tensor) -> float:
-    return float(values.float().mean()) if values.numel() else 0.0
-
-
-def step_metrics(record: StepRecord) -> dict[str, float]:
-    """The per-step game metrics (accuracy, reward, conversion and regression, lengths)."""
-    d = record.draft
-    metrics = {
-        "train/drafter": float(d.adapter != ALPHA),
-        "train/draft/reward": _mean(d.rewards),
-        "train/draft/accuracy": _mean(d.correct),
-        "train/draft/length": _mean(d.rollouts.lengths),
-        "train/draft/truncation_rate": _mean(d.rollouts.truncated),
-        **record.reward_terms,
-        **function_metrics("reward/", d.verdicts),
-    }
-    c = record.challenge
-    if c is None:
-        return metrics
-    metrics.update(function_metrics("challenge_reward/", c.verdicts))
-    metrics.update({
-        "train/challenge/reward": _mean(c.rewards),
-        "train/challenge/accuracy": _mean(c.correct),
-        "train/challenge/length": _mean(c.rollouts.lengths),
-        "train/challenge/truncation_rate": _mean(c.rollouts.truncated),
-    })  # fmt: skip
-    return metrics
-
-
-def exchange_counts(record: StepRecord) -> Tensor:
-    """``[converted, wrong drafts, regressed, right drafts]`` of a step (zeros without a challenger)."""
-    if record.challenge is None:
-        return torch.zeros(4)
-    a, b = record.opponent_correct, record.challenge.correct
-    wrong, right = a == 0, a == 1
-    return torch.stack([(b[wrong] == 1).sum(), wrong.sum(), (b[right] == 0).sum(), right.sum()]).float()
-
-
-def exchange_rates(counts: Tensor) -> dict[str, float]:
-    """P(challenger right | draft wrong) and P(challenger wrong | draft right), each only where defined.
-
-    A step with no wrong draft has no conversion rate (not a rate of 0): the key is left out.
-    """
-    converted, wrong, regressed, right = (float(x) for x in counts)
-    rates = {}
-    if wrong > 0:
-        rates["train/conversion_rate"] = converted / wrong
-    if right > 0:
-        rates["train/regression_rate"] = regressed / right
-    return rates

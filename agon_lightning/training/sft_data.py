@@ -194,7 +194,9 @@ class SFTDataModule(ReasoningGymDataModule):
     def load_train(self) -> list[Problem]:
         if self.train_tasks is None:
             return super().load_train()
-        if self.holdout is not None:  # the held-out part of the whole space, whichever size each set evaluates
+        if (
+            self.holdout is not None
+        ):  # the held-out part of the whole space, whichever size each set evaluates
             return training_problems(
                 self.train_tasks, self.train_size, self.data_seed, self.question_format, self.holdout
             )

@@ -1,0 +1,73 @@
+"""What a training step played: each role's rollouts, verdicts and rewards (what callbacks read)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from agon_lightning.rollout.base import RolloutBatch
+from agon_lightning.types import Problem, Verdict
+
+
+@dataclass
+class RoleRollout:
+    """One role's rollouts in a step, with their verdicts and rewards."""
+
+    adapter: str
+    rollouts: RolloutBatch
+    verdicts: list[Verdict]
+    rewards: Tensor
+    advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
+    old_logp: Tensor | None = None
+    role: Literal["drafter", "challenger"] = "drafter"
+    # [B] the policy version each row was sampled with (AgonModule.policy_version)
+    versions: Tensor | None = None
+
+    @property
+    def correct(self) -> Tensor:
+        return correct_of(self.verdicts)
+
+
+@dataclass
+class StepRecord:
+    """What happened in the last training step, for callbacks (samples, lengths, divergence)."""
+
+    step: int
+    problems: list[Problem]
+    draft: RoleRollout
+    summaries: list[str] = field(default_factory=list)
+    challenge: RoleRollout | None = None
+    # Row i: the draft challenge i read and was graded against (see schedule.opponent_rows).
+    opponents: Tensor | None = None
+    reward_terms: dict[str, float] = field(default_factory=dict)  # RoleRewards.metrics()
+
+    @property
+    def roles(self) -> list[RoleRollout]:
+        """The step's roles: the drafter's, then the challenger's when there is one."""
+        return [self.draft] + ([self.challenge] if self.challenge is not None else [])
+
+    @property
+    def opponent_correct(self) -> Tensor:
+        """``[P * N]`` correctness of the draft each challenge was paired with."""
+        c = self.draft.correct
+        return c if self.opponents is None else c[self.opponents]
+
+
+def rows_of(version: int, rows: int) -> Tensor:
+    """``[rows]`` the policy version of each row of a batch sampled with ``version``."""
+    return torch.full((rows,), version, dtype=torch.long)
+
+
+def correct_of(verdicts: list[Verdict]) -> Tensor:
+    return torch.tensor([v.correct for v in verdicts], dtype=torch.float32)
+
+
+def graded_of(verdicts: list[Verdict]) -> Tensor | None:
+    """``[B]`` each verdict's graded reward (NaN where none applies); ``None`` when no verdict has one."""
+    if not any(v.rewards for v in verdicts):
+        return None
+    return torch.tensor([math.nan if v.reward is None else v.reward for v in verdicts], dtype=torch.float32)

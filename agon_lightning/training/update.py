@@ -1,0 +1,135 @@
+"""The update's math on a step's rollouts: log-probs, each role's loss, the non-finite guard.
+
+Public functions of a :class:`Learner` (the module: its policy, settings and trainable
+parameters), which benchmarks and tests call as the training step does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from agon_lightning.adapters.policy import completion_hidden_states, output_weight, using
+from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.rollout.base import Rollout, RolloutBatch
+from agon_lightning.strategies import local_grads
+from agon_lightning.training.grpo import (
+    LogitHead,
+    LossNormalizer,
+    clipped_policy_loss,
+    effective_sample_size,
+    group_advantages,
+    logprob_mismatch,
+    sampler_correction,
+    tis_clip_fraction,
+    token_logprobs,
+)
+from agon_lightning.training.options import GRPOOptions
+from agon_lightning.training.records import RoleRollout
+
+
+class Learner(Protocol):
+    """What the update math reads of the module."""
+
+    policy: Any
+    grpo: GRPOOptions
+    rollout: Rollout
+    trainable: list[torch.nn.Parameter]
+    adapter_params: dict[str, list[torch.nn.Parameter]]
+    logit_head: LogitHead
+
+
+def policy_logprobs(
+    learner: Learner, adapter: str | None, rollouts: RolloutBatch, rows: slice
+) -> tuple[Tensor, Tensor]:
+    """``(log-probs, entropies)`` ``[B, T]`` of the completions ``rows`` under ``adapter`` (``None``: the base).
+
+    The rows of a GRPO group share their prompt's leading tokens, which run once per group.
+    """
+    rb = rollouts.select(rows)
+    groups = sample_groups(rows, len(rollouts), learner.grpo.num_generations)
+    args = (learner.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
+    with using(learner.policy, adapter, learner.trainable):
+        hidden = completion_hidden_states(*args)
+    return token_logprobs(hidden, output_weight(learner.policy), rb.completion_ids, float(learner.rollout.temperature),
+                          learner.grpo.logprob_chunk_size, learner.logit_head)  # fmt: skip
+
+
+def loss_mask(rb: RolloutBatch, mask_truncated: bool) -> Tensor:
+    """The completion tokens the loss counts (``mask_truncated``: none of a row that hit the cap)."""
+    mask = rb.completion_mask
+    if mask_truncated:
+        mask = mask * (~rb.truncated).long().unsqueeze(1)
+    return mask
+
+
+def role_loss(
+    learner: Learner, role: RoleRollout, rows: slice, norm: LossNormalizer
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """One role's clipped surrogate (with KL and truncated importance weights as configured) on ``rows``, and its stats."""
+    grpo = learner.grpo
+    rb = role.rollouts.select(rows)
+    logp, entropy = policy_logprobs(learner, role.adapter, role.rollouts, rows)
+    old = logp.detach() if role.old_logp is None else role.old_logp[rows]
+    ref = None
+    if grpo.kl_beta > 0:
+        with torch.no_grad():
+            ref, _ = policy_logprobs(learner, None, role.rollouts, rows)
+    mask = loss_mask(rb, grpo.mask_truncated)
+    weights = None
+    if grpo.tis_cap is not None:
+        if rb.logprobs is None:
+            raise ValueError(
+                f"grpo.tis_cap={grpo.tis_cap} needs the sampling log-probs, but "
+                f"{type(learner.rollout).__name__} returned none; set grpo.tis_cap to null"
+            )
+        weights = sampler_correction(old, rb.logprobs.to(old.device), grpo.tis_cap)
+    loss, stats = clipped_policy_loss(
+        logp, old, role.advantages[rows].to(logp.device), mask, norm, grpo.epsilon_low,
+        grpo.epsilon_high, grpo.loss_aggregation, ref, grpo.kl_beta, weights,
+    )  # fmt: skip
+    if weights is not None:  # how much the truncated importance weights had to correct
+        stats["tis_clip_fraction"] = tis_clip_fraction(old, rb.logprobs.to(old.device), grpo.tis_cap, mask)
+        stats["ess"] = effective_sample_size(weights, mask)
+    stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
+    if rb.logprobs is not None:  # how far the sampling policy is from the trainer's
+        stats["logprob_mismatch"] = logprob_mismatch(old, rb.logprobs.to(old.device), rb.completion_mask)
+    return loss, stats
+
+
+def sampling_logprobs(learner: Learner, roles: list[RoleRollout], micro_batch: int) -> None:
+    """Each role's log-probs before any update (``old_logp``), in micro-batches: what μ > 1 steps ratio against."""
+    with torch.no_grad():
+        for r in roles:
+            total = len(r.rollouts)
+            r.old_logp = torch.cat(
+                [policy_logprobs(learner, r.adapter, r.rollouts, slice(i, i + micro_batch))[0]
+                 for i in range(0, total, micro_batch)]
+            )  # fmt: skip
+
+
+def nonfinite_roles(learner: Learner, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
+    """The roles (``"drafter (alpha, non-finite loss)"``) whose loss or adapter gradient is NaN or infinite."""
+    bad = []
+    for i, role in enumerate(roles):  # i: the role's place in finite_loss
+        # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
+        grads = local_grads(learner.adapter_params[role.adapter])
+        # One device sync per adapter, not one per tensor.
+        grads_ok = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+        if not (finite_loss[i] and grads_ok):
+            what = "loss" if not finite_loss[i] else "gradient"
+            bad.append(f"{role.role} ({role.adapter}, non-finite {what})")
+    return bad
+
+
+def set_advantages(roles: list[RoleRollout], grpo: GRPOOptions) -> Tensor:
+    """Each role's group advantages from its rewards (in place); ``[rows]`` 1.0 where a group had no spread."""
+    zero_std = []
+    for role in roles:
+        role.advantages, zs = group_advantages(
+            role.rewards, grpo.num_generations, grpo.scale_std, std=grpo.std
+        )
+        zero_std.append(zs.float())
+    return torch.cat(zero_std)
