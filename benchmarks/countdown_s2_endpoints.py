@@ -160,7 +160,7 @@ def unpacked_runs(sweep: Path, scratch: Path) -> dict[tuple[str, int], Path]:
 
 def rewrite_tables(sweep: Path, runs: dict[tuple[str, int], Path], experiments_dir: Path | None) -> None:
     """The sweep's results.md, results.csv and plots, from the archive (``agon sweep --from-archive``)."""
-    from agon_lightning.cli.config_files import local_or_shipped
+    from agon_lightning.shipped_configs import local_or_shipped
     from agon_lightning.experiments.sweep import plan, report_from_archive
 
     variants = sorted({v for v, _ in runs}) + (

@@ -39,11 +39,11 @@ from agon_lightning.adapters.policy import (
     output_weight,
     using,
 )
+from agon_lightning.logprobs import LogitHead
 from agon_lightning.names import BASE
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
 from agon_lightning.text import extract_answer
-from agon_lightning.training.grpo import LogitHead
 from agon_lightning.types import Verdict
 
 from .protocol import AgonModuleView

@@ -511,7 +511,8 @@ def test_two_steps_of_the_shipped_config(tmp_path) -> None:
 def test_the_sft_config_holds_out_what_the_rl_config_evaluates(tmp_path) -> None:
     import yaml
 
-    from agon_lightning.training.sft import SFTCLI, SFTModule
+    from agon_lightning.cli.sft import SFTCLI
+    from agon_lightning.training.sft import SFTModule
 
     configs = Path(__file__).resolve().parents[1] / "configs"
     cli = SFTCLI(

@@ -14,12 +14,18 @@ import ast
 from pathlib import Path
 
 import agon_lightning
+import agon_lightning.callbacks
 
 ROOT = Path(agon_lightning.__file__).parent
+# The top-level callbacks/ folder installs as agon_lightning.callbacks (pyproject's package-dir).
+CALLBACKS = Path(agon_lightning.callbacks.__file__).parent
 
 
 def module_name(path: Path) -> str:
-    parts = ("agon_lightning", *path.relative_to(ROOT).with_suffix("").parts)
+    if path.is_relative_to(CALLBACKS):
+        parts = ("agon_lightning", "callbacks", *path.relative_to(CALLBACKS).with_suffix("").parts)
+    else:
+        parts = ("agon_lightning", *path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -58,7 +64,7 @@ def all_imports(tree: ast.Module, known: set[str]) -> set[str]:
 
 def import_graph(lazy: bool = False) -> dict[str, set[str]]:
     """``{module: package modules it imports}``; ``lazy``: imports inside functions count too."""
-    files = {module_name(p): p for p in ROOT.rglob("*.py")}
+    files = {module_name(p): p for p in [*ROOT.rglob("*.py"), *CALLBACKS.rglob("*.py")]}
     known = set(files)
     read = all_imports if lazy else top_level_imports
     return {name: read(ast.parse(p.read_text()), known) - {name} for name, p in files.items()}
@@ -106,10 +112,11 @@ def test_no_module_of_the_package_imports_itself_back():
 
 # The job folders, lowest first: a module imports nothing from a folder above its own. The
 # problems know nothing of the model, the policies nothing of sampling, sampling nothing of the training step, and training
-# nothing of deployment (which uses all three).
-LAYERS = ["data", "adapters", "rollout", "training", "deploy"]
-# Pure math that every layer may use: it imports nothing of the package itself.
-SHARED_LEAVES = {"agon_lightning.training.grpo"}
+# nothing of deployment (which uses all three); the experiments read runs, the callbacks watch
+# them, and the CLI, the top floor, puts it all together.
+LAYERS = ["data", "adapters", "rollout", "training", "deploy", "experiments", "callbacks", "cli"]
+# Modules every layer may use though they sit in one: none (shared code lives at the root, e.g. logprobs).
+SHARED_LEAVES: set[str] = set()
 
 
 def layer_of(module: str) -> int | None:
@@ -142,6 +149,17 @@ def test_no_job_folder_imports_one_above_it():
     assert upward_imports(graph) == []
     for leaf in SHARED_LEAVES:
         assert graph[leaf] == set(), f"{leaf} must stay free of package imports to be shared by every layer"
+
+
+def test_nothing_below_the_cli_imports_it_even_lazily():
+    # The CLI is the top floor: a command module may use everything, and no job folder uses a command.
+    graph = import_graph(lazy=True)
+    below = [m for m in graph if layer_of(m) is not None and layer_of(m) < LAYERS.index("cli")]
+    assert "agon_lightning.callbacks.defaults" in below and "agon_lightning.experiments.sweep" in below
+    assert [f"{m} -> {d}" for m in sorted(below) for d in sorted(graph[m]) if layer_of(d) == LAYERS.index("cli")] == []
+    # the log-prob code sits below the adapters and training, which both use it
+    assert graph["agon_lightning.logprobs"] == set()
+    assert "agon_lightning.logprobs" in graph["agon_lightning.adapters.policy"]
 
 
 # The modules of the ``agon`` command: the dispatcher (``agon_lightning.cli``), the table of

@@ -120,7 +120,8 @@ def test_a_plain_lightning_trainer_gets_the_same_set_from_python():
 
 def sft_cli(config: str, *args: str) -> LightningCLI:
     """``agon sft --config configs/CONFIG ARGS`` parsed and its trainer built, nothing loaded."""
-    from agon_lightning.training.sft import SFTCLI, SFTDataModule, SFTModule
+    from agon_lightning.cli.sft import SFTCLI
+    from agon_lightning.training.sft import SFTDataModule, SFTModule
 
     args = ["--config", str(ROOT / "configs" / config), "--trainer.logger=false", *args]
     return SFTCLI(SFTModule, SFTDataModule, run=False, args=args)

@@ -32,10 +32,10 @@ from agon_lightning.adapters.shared_prompt import (
     shared_prefixes,
     shares_prompts,
 )
+from agon_lightning.logprobs import LogitHead
 from agon_lightning.names import BETA
 from agon_lightning.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
-from agon_lightning.training.grpo import LogitHead
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -16,14 +16,13 @@ model, tokenizer and evaluation history are written to ``output_dir``, which ``a
 loads as ``model_name_or_path``.
 
 The examples and their data module are in :mod:`agon_lightning.training.sft_data`; this module holds
-the model that learns from them, the stopping rule and the command. Run it with
-``agon sft --config configs/sft_tiny.yaml``.
+the model that learns from them and the stopping rule; the command is :mod:`agon_lightning.cli.sft`.
+Run it with ``agon sft --config configs/sft_tiny.yaml``.
 """
 
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,13 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.policy import resolve_model_path
-from agon_lightning.callbacks.defaults import sft_callbacks, trainer_callbacks
-from agon_lightning.cli.base import BaseCLI, compact_usage
-from agon_lightning.errors import UsageError
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
-from agon_lightning.training.sft_data import RIVALS, SFTDataModule, SFTExample
+from agon_lightning.training.sft_data import RIVALS, SFTDataModule, SFTExample  # noqa: F401  (imported from here too)
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
@@ -251,64 +247,3 @@ class StopAtThreshold(L.Callback):
                 f"{self.monitor} never reached {self.threshold} in {trainer.global_step} steps; "
                 "the last model is written anyway"
             )
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------
-
-
-class SFTCLI(BaseCLI):
-    """LightningCLI for :class:`SFTModule` and :class:`SFTDataModule` (``--threads`` and errors from BaseCLI),
-    with ``--ckpt_path`` to resume a run (``last``: the ``last.ckpt`` every run keeps), and the
-    callbacks every SFT run gets (:func:`~agon_lightning.callbacks.defaults.sft_callbacks`)."""
-
-    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        trainer_config = self._get(self.config_init, "trainer", default={})
-        standard = partial(sft_callbacks, default_root_dir=trainer_config.get("default_root_dir") or ".")
-        skip = self._get(self.config, "skip_callbacks", default=None) or []
-        try:
-            kwargs["callbacks"] = trainer_callbacks(trainer_config, standard, skip)
-        except ValueError as err:
-            raise UsageError(f"--{err}") from err
-        return super().instantiate_trainer(**kwargs)
-
-    def add_arguments_to_parser(self, parser: Any) -> None:
-        super().add_arguments_to_parser(parser)
-        parser.add_argument(
-            "--skip_callbacks",
-            type=list[str],
-            default=[],
-            help="callbacks to leave out (every run gets AdapterSummary, ProgressLog, ModelCheckpoint, "
-            "RunOutputs; one listed in trainer.callbacks replaces the one of its class)",
-        )
-        parser.add_argument(
-            "--ckpt_path",
-            type=str | None,
-            default=None,
-            help="resume from this checkpoint; `last`: <default_root_dir>/checkpoints/last.ckpt (every run "
-            "writes one every 50 steps)",
-        )
-
-
-def sft_main(args: list[str] | None = None) -> None:
-    """``agon sft``: parse ``args`` (a config and overrides), then fit.
-
-    Example:
-        ``agon sft --config configs/sft_tiny.yaml --model.output_dir runs/tiny``
-    """
-    cli = SFTCLI(
-        SFTModule,
-        SFTDataModule,
-        args=args,
-        run=False,
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={
-            "prog": "agon sft",
-            "usage": compact_usage("agon sft"),
-            "description": "Supervised warm-start: fine-tune a base on worked solutions in both roles' "
-            "prompts until held-out accuracy reaches a threshold, then write it to --model.output_dir. "
-            "Start from: agon sft --config agon:sft_tiny.yaml --model.output_dir runs/tiny-qwen3",
-        },
-    )
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))

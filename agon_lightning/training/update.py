@@ -13,10 +13,10 @@ from torch import Tensor
 
 from agon_lightning.adapters.policy import completion_hidden_states, output_weight, using
 from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.logprobs import LogitHead, token_logprobs
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.strategies import local_grads
 from agon_lightning.training.grpo import (
-    LogitHead,
     LossNormalizer,
     clipped_policy_loss,
     effective_sample_size,
@@ -24,7 +24,6 @@ from agon_lightning.training.grpo import (
     logprob_mismatch,
     sampler_correction,
     tis_clip_fraction,
-    token_logprobs,
 )
 from agon_lightning.training.options import GRPOOptions
 from agon_lightning.training.records import RoleRollout
