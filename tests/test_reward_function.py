@@ -227,7 +227,7 @@ def test_a_graded_verifier_beside_a_reward_that_pays_only_c_is_refused():
 
 
 def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():
-    from agon_lightning.training.module import function_metrics
+    from agon_lightning.training.step_metrics import function_metrics
     from agon_lightning.types import Verdict
 
     verdicts = [

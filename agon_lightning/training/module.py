@@ -53,7 +53,7 @@ from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.options import GRPOOptions
 from agon_lightning.training.records import RoleRollout, StepRecord, correct_of, graded_of, rows_of
 from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
-from agon_lightning.training.step_metrics import exchange_counts, exchange_rates, step_metrics
+from agon_lightning.training.step_metrics import exchange_counts, exchange_rates, function_metrics, step_metrics
 from agon_lightning.training.update import (
     loss_mask,
     nonfinite_roles,
@@ -68,7 +68,7 @@ from agon_lightning.verifiers.exact import ExactMatchVerifier
 
 # Importable from here as before they moved.
 __all__ = ["AgonModule", "GRPOOptions", "RoleRollout", "StepRecord", "check_adapter_state", "step_metrics",
-           "exchange_counts", "exchange_rates"]  # fmt: skip
+           "exchange_counts", "exchange_rates", "function_metrics"]  # fmt: skip
 
 DEFAULT_BASE = "agon:tiny-qwen3"
 
