@@ -153,6 +153,17 @@ class BaseCLI(LightningCLI):
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
             super().parse_arguments(parser, args)
 
+    def standard_callbacks(self, trainer_config: dict[str, Any], standard: Any) -> list[Any]:
+        """The run's callbacks: ``standard(...)`` (the command's standard set), less ``--skip_callbacks``,
+        with the config's own ``trainer.callbacks`` in place of the standard one of their class."""
+        from agon_lightning.callbacks.defaults import trainer_callbacks
+
+        skip = self._get(self.config, "skip_callbacks", default=None) or []
+        try:
+            return trainer_callbacks(trainer_config, standard, skip)
+        except ValueError as err:
+            raise UsageError(f"--{err}") from err
+
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # What a run is about first, then the Trainer's ~60 options (LightningCLI's order reversed).
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)

@@ -14,7 +14,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from agon_lightning.callbacks import AgonCheckpoint, standard_callbacks
-from agon_lightning.callbacks.defaults import STANDARD_NAMES, trainer_callbacks
+from agon_lightning.callbacks.defaults import STANDARD_NAMES
 from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.cli.commands import COMMANDS
 from agon_lightning.data.base import ProblemDataModule
@@ -70,11 +70,7 @@ class AgonCLI(BaseCLI):
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
         if self.subcommand in (None, "fit"):  # a training run: the standard callbacks, once each
-            skip = self._get(self.config, "skip_callbacks", default=None) or []
-            try:
-                kwargs["callbacks"] = trainer_callbacks(trainer_config, standard_callbacks, skip)
-            except ValueError as err:
-                raise UsageError(f"--{err}") from err
+            kwargs["callbacks"] = self.standard_callbacks(trainer_config, standard_callbacks)
         return super().instantiate_trainer(**kwargs)
 
     def require_last_checkpoint(self) -> None:

@@ -7,9 +7,8 @@ from typing import Any
 
 import lightning as L
 
-from agon_lightning.callbacks.defaults import sft_callbacks, trainer_callbacks
+from agon_lightning.callbacks.defaults import sft_callbacks
 from agon_lightning.cli.base import BaseCLI, compact_usage
-from agon_lightning.errors import UsageError
 from agon_lightning.training.sft import SFTModule
 from agon_lightning.training.sft_data import SFTDataModule
 
@@ -22,11 +21,7 @@ class SFTCLI(BaseCLI):
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
         standard = partial(sft_callbacks, default_root_dir=trainer_config.get("default_root_dir") or ".")
-        skip = self._get(self.config, "skip_callbacks", default=None) or []
-        try:
-            kwargs["callbacks"] = trainer_callbacks(trainer_config, standard, skip)
-        except ValueError as err:
-            raise UsageError(f"--{err}") from err
+        kwargs["callbacks"] = self.standard_callbacks(trainer_config, standard)
         return super().instantiate_trainer(**kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
