@@ -52,6 +52,10 @@ MOVED: dict[str, str] = {
     "agon_lightning.paper_table": "agon_lightning.experiments.paper_table",
     "agon_lightning.stats": "agon_lightning.experiments.stats",
     "agon_lightning.plots": "agon_lightning.experiments.plots",
+    # the Countdown testbed, gathered into its folder
+    "agon_lightning.countdown": "agon_lightning.testbeds.countdown.task",
+    "agon_lightning.summarizers.countdown": "agon_lightning.testbeds.countdown.summarizer",
+    "agon_lightning.training.sft_countdown": "agon_lightning.testbeds.countdown.sft",
 }
 # ``agon_lightning.rollout`` became the package of the backends: its ``__init__`` re-exports
 # what the old module defined (``agon_lightning.rollout.HFRollout`` still resolves). Likewise

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agon_lightning.countdown import (
+from agon_lightning.data.reasoning_gym import generate_problems, pose
+from agon_lightning.formats import ThinkAnswerFormat
+from agon_lightning.summarizers.hiding import arithmetic_pieces, mask_full_uses
+from agon_lightning.testbeds.countdown.oracle import examples_of
+from agon_lightning.testbeds.countdown.sft import CountdownExamples, slipped_path, target_of
+from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer, countdown_numbers
+from agon_lightning.testbeds.countdown.task import (
     MISS,
     SLIP,
     Attempt,
@@ -32,17 +38,11 @@ from agon_lightning.countdown import (
     solve,
     tried_first,
 )
-from agon_lightning.data.reasoning_gym import generate_problems, pose
-from agon_lightning.formats import ThinkAnswerFormat
-from agon_lightning.summarizers.countdown import CountdownSummarizer, countdown_numbers
-from agon_lightning.summarizers.hiding import arithmetic_pieces, mask_full_uses
 from agon_lightning.text import extract_answer, thinking_part
 from agon_lightning.tiny import build_tokenizer
-from agon_lightning.training.sft_countdown import CountdownExamples, slipped_path, target_of
 from agon_lightning.training.sft_data import RIVALS, SFTDataModule
 from agon_lightning.types import Problem
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
-from benchmarks.countdown_oracle import examples_of
 
 RANGE = {"min_value": 1, "max_value": 9, "min_target": 10, "max_target": 99, "operators": ["+", "-", "*"]}
 MAIN = {"countdown": {"min_numbers": 3, "max_numbers": 3, **RANGE}}

@@ -1,10 +1,10 @@
-"""The measures behind the Countdown preconditions (benchmarks/countdown_preconditions.py)."""
+"""The measures behind the Countdown preconditions (agon_lightning/testbeds/countdown/preconditions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.countdown_preconditions import (
+from agon_lightning.testbeds.countdown.preconditions import (
     blind_step,
     cap_share_of_failures,
     copy_candidates,
@@ -58,7 +58,7 @@ def test_the_oracle_sees_that_a_drafter_that_never_gives_up_leaves_failed_drafts
     # the cap, so a failed draft has no summary for a challenger to read; the shipped one (A2,
     # A3) gives up, and its failed drafts' summaries name what they tried; with a habit, the
     # oracle also reports the base that always gives up there (mode/)
-    from benchmarks.countdown_oracle import examples_of, oracle
+    from agon_lightning.testbeds.countdown.oracle import examples_of, oracle
 
     # 40 problems of each split: the share of failed drafts with a summary is 0.70 on all of them
     # (oracle_a3_format.json), and a handful of problems puts it anywhere (0.40 on 16)

@@ -1,11 +1,11 @@
-"""The sizing of a sweep's held-out sets from a pilot (benchmarks/countdown_sizing.py)."""
+"""The sizing of a sweep's held-out sets from a pilot (agon_lightning/testbeds/countdown/sizing.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from benchmarks.countdown_sizing import components, half_width, problems_needed
+from agon_lightning.testbeds.countdown.sizing import components, half_width, problems_needed
 
 
 def test_components_recover_seed_and_problem_spread() -> None:

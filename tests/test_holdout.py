@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agon_lightning.countdown import space
 from agon_lightning.data.holdout import HashHoldout, distinct, unit_hash
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems
+from agon_lightning.testbeds.countdown.task import space
 from agon_lightning.training.sft_data import SFTDataModule
 from agon_lightning.training.validation import SPLIT
 from agon_lightning.types import Problem

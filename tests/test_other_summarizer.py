@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agon_lightning.summarizers.countdown import CountdownSummarizer
 from agon_lightning.summarizers.other import OtherProblemSummarizer
+from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer
 from agon_lightning.types import Problem
 
 

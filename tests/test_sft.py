@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agon_lightning.cli.sft import SFTCLI
 from agon_lightning.prompts import Prompts
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.text import extract_answer
 from agon_lightning.tiny import TinyArchitecture, build_tokenizer
-from agon_lightning.cli.sft import SFTCLI
 from agon_lightning.training.sft import SFTModule, StopAtThreshold, encode_sft_batch
 from agon_lightning.training.sft_data import (
     DEFAULT_RIVAL_MIX,

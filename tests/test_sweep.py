@@ -75,7 +75,7 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "tiebreak": {"model.reward.init_args.length_tiebreak": 0.5},
     "other_summary": {  # a control: another problem's summary, through the Countdown summarizer
         "model.summarizer.class_path": "agon_lightning.summarizers.other.OtherProblemSummarizer",
-        "model.summarizer.init_args.summarizer.class_path": "agon_lightning.summarizers.countdown.CountdownSummarizer",
+        "model.summarizer.init_args.summarizer.class_path": "agon_lightning.testbeds.countdown.summarizer.CountdownSummarizer",
     },
 }
 

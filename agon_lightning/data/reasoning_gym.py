@@ -87,9 +87,9 @@ def generate_problems(
 
 
 def countdown_problems(config: dict[str, Any], question_format: str | None) -> list[Problem]:
-    """Every statement of the countdown space of ``config`` (:func:`agon_lightning.countdown.space`),
+    """Every statement of the countdown space of ``config`` (:func:`agon_lightning.testbeds.countdown.task.space`),
     as problems scored by reasoning-gym's own scorer."""
-    from agon_lightning.countdown import space
+    from agon_lightning.testbeds.countdown.task import space
 
     if question_format is None:
         raise ValueError(

@@ -53,7 +53,12 @@ from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.options import GRPOOptions
 from agon_lightning.training.records import RoleRollout, StepRecord, correct_of, graded_of, rows_of
 from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
-from agon_lightning.training.step_metrics import exchange_counts, exchange_rates, function_metrics, step_metrics
+from agon_lightning.training.step_metrics import (
+    exchange_counts,
+    exchange_rates,
+    function_metrics,
+    step_metrics,
+)
 from agon_lightning.training.update import (
     loss_mask,
     nonfinite_roles,

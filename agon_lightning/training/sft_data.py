@@ -134,7 +134,7 @@ class SFTDataModule(ReasoningGymDataModule):
         rival_mix: Rival kind (``right``, ``slipped``, ``partial``, ``empty``) → share of the
             challenger examples; for the built-in arithmetic examples only.
         examples: Another task's example builder (e.g.
-            :class:`~agon_lightning.training.sft_countdown.CountdownExamples`), which carries its
+            :class:`~agon_lightning.testbeds.countdown.sft.CountdownExamples`), which carries its
             own proportions; ``None``: the arithmetic worked solutions of
             :mod:`agon_lightning.traces`.
         train_tasks: Tasks the training problems come from (``None``: ``tasks``), e.g. more

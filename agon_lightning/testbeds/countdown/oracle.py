@@ -12,8 +12,8 @@ policy, so the challenger's search is drawn with the drafter's seed (``same``: t
 ordering, tie-breaks and give-up point, changed only by what it read); ``independent`` draws
 it fresh, like samples at temperature 1::
 
-    python -m benchmarks.countdown_oracle --out benchmarks/results/countdown/oracle.json
-    python -m benchmarks.countdown_oracle --examples '{"max_attempts": 6, "give_up": null}'  # M2's format
+    python -m agon_lightning.testbeds.countdown.oracle --out benchmarks/results/countdown/oracle.json
+    python -m agon_lightning.testbeds.countdown.oracle --examples '{"max_attempts": 6, "give_up": null}'  # M2's format
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import yaml
 
-from agon_lightning.countdown import solve
-from agon_lightning.summarizers.countdown import countdown_numbers
-from agon_lightning.training.sft_countdown import CountdownExamples, target_of
+from agon_lightning.testbeds.countdown.sft import CountdownExamples, target_of
+from agon_lightning.testbeds.countdown.summarizer import countdown_numbers
+from agon_lightning.testbeds.countdown.task import solve
 from agon_lightning.training.validation import SPLIT
 
 from .countdown_preconditions import cap_share_of_failures, load, mean, mean_cv

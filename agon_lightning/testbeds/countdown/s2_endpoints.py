@@ -8,7 +8,7 @@ correction over the three, and the secondaries. This script computes exactly tho
 sweep's ``archive/VARIANT/seed_N.tar.gz`` (each finished run's outcomes and metrics, committed),
 so every figure is recomputed from the repository alone, and rewrites the sweep's tables::
 
-    python -m benchmarks.countdown_s2_endpoints benchmarks/results/countdown/s2/sweep
+    python -m agon_lightning.testbeds.countdown.s2_endpoints benchmarks/results/countdown/s2/sweep
 
 It writes ``endpoints.md`` and ``endpoints.json`` beside the archive, with each figure's seeds;
 a decision is *final* only when every registered seed of both rows is in the archive.
@@ -132,7 +132,7 @@ def markdown(endpoints: list[Endpoint], runs: dict[tuple[str, int], Path]) -> st
     lines = [
         "# Countdown S2: the registered endpoints",
         "",
-        "Computed by `python -m benchmarks.countdown_s2_endpoints` from the committed archive, as part 2 of "
+        "Computed by `python -m agon_lightning.testbeds.countdown.s2_endpoints` from the committed archive, as part 2 of "
         "`README.md` registers them: deployed held-out pass@1 at the last evaluation, paired by seed and problem, "
         "the crossed t interval (new seeds and new problems), Holm's correction over the three primaries. A "
         "decision is *final* only when every registered seed of both rows is archived.",
@@ -160,8 +160,8 @@ def unpacked_runs(sweep: Path, scratch: Path) -> dict[tuple[str, int], Path]:
 
 def rewrite_tables(sweep: Path, runs: dict[tuple[str, int], Path], experiments_dir: Path | None) -> None:
     """The sweep's results.md, results.csv and plots, from the archive (``agon sweep --from-archive``)."""
-    from agon_lightning.shipped_configs import local_or_shipped
     from agon_lightning.experiments.sweep import plan, report_from_archive
+    from agon_lightning.shipped_configs import local_or_shipped
 
     variants = sorted({v for v, _ in runs}) + (
         ["grpo_self_cascade"] if any(v == "grpo" for v, _ in runs) else []

@@ -1,6 +1,6 @@
 """SFT examples for Countdown: searches to imitate, and rivals whose claims are to be checked.
 
-A drafter example's target is a depth-first search (:func:`agon_lightning.countdown.search`)
+A drafter example's target is a depth-first search (:func:`agon_lightning.testbeds.countdown.task.search`)
 whose ordering is drawn per problem (not one fixed strategy: random, nearest-first or
 largest-first, ties broken at random), with some slips that are caught and retried, so the
 number of attempts varies from one problem, and one draw, to the next. A challenger example puts
@@ -20,7 +20,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from agon_lightning.countdown import (
+from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer, countdown_numbers
+from agon_lightning.testbeds.countdown.task import (
     ORDERINGS,
     SLIPS,
     Attempt,
@@ -36,7 +37,6 @@ from agon_lightning.countdown import (
     solve,
     summarize_search,
 )
-from agon_lightning.summarizers.countdown import CountdownSummarizer, countdown_numbers
 from agon_lightning.training.sft_data import RIVALS, SFTExample, SFTExamples
 from agon_lightning.types import Problem
 

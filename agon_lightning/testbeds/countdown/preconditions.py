@@ -4,8 +4,8 @@ Each precondition, its measurement and its threshold are fixed in
 ``benchmarks/results/countdown/README.md`` (section 4) before they were first measured; this
 script measures all of them on any base, prints the table and writes it as JSON::
 
-    python -m benchmarks.countdown_preconditions                       # agon:tiny-countdown
-    python -m benchmarks.countdown_preconditions --base runs/tiny-countdown --out /tmp/pre.json
+    python -m agon_lightning.testbeds.countdown.preconditions                       # agon:tiny-countdown
+    python -m agon_lightning.testbeds.countdown.preconditions --base runs/tiny-countdown --out /tmp/pre.json
 
 Prompts, summarizer, verifier, cap and held-out sets come from ``--config``
 (``configs/countdown.yaml``): what is measured is what a run of that config starts from.
@@ -23,11 +23,19 @@ from pathlib import Path
 
 import torch
 
-from agon_lightning.countdown import OPERATORS, Step, after, apply, expression, parse_claims, parse_verdicts
-from agon_lightning.summarizers.countdown import countdown_numbers
 from agon_lightning.summarizers.hiding import arithmetic_pieces
+from agon_lightning.testbeds.countdown.sft import CountdownExamples
+from agon_lightning.testbeds.countdown.summarizer import countdown_numbers
+from agon_lightning.testbeds.countdown.task import (
+    OPERATORS,
+    Step,
+    after,
+    apply,
+    expression,
+    parse_claims,
+    parse_verdicts,
+)
 from agon_lightning.text import thinking_part
-from agon_lightning.training.sft_countdown import CountdownExamples
 from agon_lightning.training.validation import SPLIT
 from agon_lightning.types import Problem
 

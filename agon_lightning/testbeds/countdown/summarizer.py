@@ -1,7 +1,7 @@
 """The Countdown summary: the text after the trace, with no answer and no full use of the numbers.
 
 A Countdown draft ends with claims a challenger can check in one operation each (see
-:mod:`agon_lightning.countdown`): the steps of its best attempt but the last, the values they
+:mod:`agon_lightning.testbeds.countdown.task`): the steps of its best attempt but the last, the values they
 leave and the value reached. On top of the rule every summarizer follows (the answer span cut,
 restatements masked: :mod:`agon_lightning.summarizers.hiding`), nothing in it may combine every
 given number, alone or composed through the values it produces: each such piece reads ``?``
