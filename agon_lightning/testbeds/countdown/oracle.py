@@ -26,14 +26,13 @@ from pathlib import Path
 
 import yaml
 
+from agon_lightning.testbeds.countdown.preconditions import cap_share_of_failures, load, mean, mean_cv
 from agon_lightning.testbeds.countdown.sft import CountdownExamples, target_of
 from agon_lightning.testbeds.countdown.summarizer import countdown_numbers
 from agon_lightning.testbeds.countdown.task import solve
 from agon_lightning.training.validation import SPLIT
 
-from .countdown_preconditions import cap_share_of_failures, load, mean, mean_cv
-
-OUT = Path(__file__).parent / "results" / "countdown" / "oracle.json"
+OUT = Path("oracle.json")  # in the working directory unless --out names another
 
 
 def examples_of(sft_config: str, overrides: dict) -> CountdownExamples:

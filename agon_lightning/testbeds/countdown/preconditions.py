@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from agon_lightning.names import BASE
 from agon_lightning.summarizers.hiding import arithmetic_pieces
 from agon_lightning.testbeds.countdown.sft import CountdownExamples
 from agon_lightning.testbeds.countdown.summarizer import countdown_numbers
@@ -39,7 +40,7 @@ from agon_lightning.text import thinking_part
 from agon_lightning.training.validation import SPLIT
 from agon_lightning.types import Problem
 
-OUT = Path(__file__).parent / "results" / "countdown" / "preconditions.json"
+OUT = Path("preconditions.json")  # in the working directory unless --out names another
 RIVAL_KINDS = ("right", "slipped", "partial")
 
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, (split_text, _) in per_split.items():
         print(f"\n{name} split\n{split_text}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"base": args.base, "config": args.config, "samples": args.samples, "seed": args.seed}
+    record = {BASE: args.base, "config": args.config, "samples": args.samples, "seed": args.seed}
     args.out.write_text(
         json.dumps(
             {**record, "values": values, "table": rows, "tables": {n: r for n, (_, r) in per_split.items()}},

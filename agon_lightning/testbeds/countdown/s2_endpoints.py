@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from agon_lightning.experiments.stats import crossed_t, holm
+from agon_lightning.names import ALPHA
 
 ALPHA_LEVEL = 0.05
 #: Registered seeds per row (part 2); an untrained row is one greedy evaluation, the same for every seed.
@@ -41,9 +42,9 @@ PRIMARIES = (
     ("the competition step: Agon − cooperative", ("agon", "deployed"), ("cooperative", "deployed")),
 )
 SECONDARIES = (
-    ("the drafter alone: Agon's alpha − GRPO's alpha", ("agon", "alpha"), ("grpo", "alpha")),
+    ("the drafter alone: Agon's alpha − GRPO's alpha", ("agon", ALPHA), ("grpo", ALPHA)),
     ("the exchange: cooperative − GRPO's self-cascade", ("cooperative", "deployed"), ("grpo", "cascade_aa")),
-    ("the cascade over one pass: Agon − GRPO alone", ("agon", "deployed"), ("grpo", "alpha")),
+    ("the cascade over one pass: Agon − GRPO alone", ("agon", "deployed"), ("grpo", ALPHA)),
 )
 SPLITS = (("", "main"), ("hard", "hard"))  # (the outcomes' split tag, its name)
 
