@@ -145,7 +145,6 @@ def held_out_problems(
             continue
         if want is None:
             raise ValueError(f"{name}'s space cannot be listed (enumerable: {sorted(SPACES)}); give a size")
-        drawn: list[Problem] = []
         draws = 4 * want
         while True:
             drawn = [p for p in generate_problems({name: tasks[name]}, draws, seed + k, question_format)

@@ -219,7 +219,8 @@ class CascadeEvaluator(nn.Module):
         n, splits = len(problems), [split_of(p) for p in problems]
         prompts = [module.prompts.draft_prompt(module.tokenizer, p) for p in problems]
         outputs, seconds = {}, {}
-        frozen = self._frozen.get(tuple(prompts), {}) if base_is_frozen(module) else {}
+        reuse = base_is_frozen(module)
+        frozen = self._frozen.get(tuple(prompts), {}) if reuse else {}
         for key, (rb, wall) in frozen.items():
             outputs[key], seconds[key] = rb, wall
         for key in [BASE, *self.adapters]:
@@ -233,7 +234,7 @@ class CascadeEvaluator(nn.Module):
             summarising = time.perf_counter() - start
             outputs[key], generating = self._generate(module, answerer, second)
             seconds[key] = seconds[drafter] + summarising + generating
-        if not frozen and base_is_frozen(module):
+        if reuse and not frozen:
             unchanging = [
                 BASE,
                 *(key for key, drafter, answerer in self.cascades if drafter == answerer == BASE),
