@@ -149,6 +149,22 @@ def test_runs_to_max_steps_and_warns_when_never_reached(data: SFTDataModule, tmp
     assert [r["step"] for r in trainer.lightning_module.history] == [3, 6]
 
 
+def test_a_resumed_run_writes_the_whole_evaluation_history(data: SFTDataModule, tmp_path: Path) -> None:
+    def trainer(max_steps: int) -> L.Trainer:
+        return L.Trainer(
+            max_steps=max_steps, val_check_interval=3, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+            logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+            callbacks=[L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)],
+        )  # fmt: skip
+
+    trainer(3).fit(small_module(), datamodule=data)
+    resumed = small_module(output_dir=str(tmp_path / "model"))
+    trainer(6).fit(resumed, datamodule=data, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    report = json.loads((tmp_path / "model" / "sft_eval.json").read_text())
+    assert report["global_step"] == 6
+    assert [r["step"] for r in report["evaluations"]] == [3, 6]
+
+
 def test_errors_name_the_bad_value() -> None:
     with pytest.raises(ValueError, match="mode must be 'max' or 'min', got 'up'"):
         StopAtThreshold(mode="up")

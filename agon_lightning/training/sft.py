@@ -172,7 +172,8 @@ class SFTModule(L.LightningModule):
                 )
         self.log("val/truncated", out.truncated.float().mean(), batch_size=len(batch), sync_dist=True)
 
-    def on_validation_end(self) -> None:
+    def on_validation_epoch_end(self) -> None:
+        # Before the checkpoint callbacks' on_validation_end, so a checkpoint holds this record.
         if self.trainer.sanity_checking:
             return
         record = {"step": self.trainer.global_step}
@@ -181,6 +182,13 @@ class SFTModule(L.LightningModule):
         }
         self.history.append(record)
         self.print("  ".join(f"{k}={v}" for k, v in record.items()))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The evaluation history travels with the weights, so a resumed run writes all of it.
+        checkpoint["sft_eval_history"] = list(self.history)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.history = list(checkpoint.get("sft_eval_history", []))
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(
