@@ -4,7 +4,7 @@ The public API, importable from the package itself::
 
     from agon_lightning import AgonModule, Cascade, Problem, Verifier, Summarizer, Reward, Rollout
 
-Every name is imported on first use (PEP 562 ``__getattr__``), so ``import agon_lightning.text``
+Every name is imported on first use (PEP 562 ``__getattr__``), so ``import agon_lightning.game.text``
 or ``agon --help`` do not load torch and Lightning. The names stay where they are when modules
 move: code that imports them from here keeps working.
 """
@@ -24,14 +24,14 @@ _EXPORTS: dict[str, str] = {
     "AgonModule": "agon_lightning.training.module",
     "GRPOOptions": "agon_lightning.training.module",
     "LoraOptions": "agon_lightning.adapters.policy",
-    "Prompts": "agon_lightning.prompts",
+    "Prompts": "agon_lightning.game.prompts",
     "Cascade": "agon_lightning.deploy.cascade",
     "from_config": "agon_lightning.cli.build",
-    "CascadeResult": "agon_lightning.pipeline",
-    "CascadeSample": "agon_lightning.pipeline",
+    "CascadeResult": "agon_lightning.rollout.pipeline",
+    "CascadeSample": "agon_lightning.rollout.pipeline",
     # the data that flows between components
-    "Problem": "agon_lightning.types",
-    "Verdict": "agon_lightning.types",
+    "Problem": "agon_lightning.game.types",
+    "Verdict": "agon_lightning.game.types",
     # the component interfaces
     "Verifier": "agon_lightning.verifiers.base",
     "Summarizer": "agon_lightning.summarizers.base",

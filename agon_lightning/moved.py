@@ -56,6 +56,30 @@ MOVED: dict[str, str] = {
     "agon_lightning.countdown": "agon_lightning.testbeds.countdown.task",
     "agon_lightning.summarizers.countdown": "agon_lightning.testbeds.countdown.summarizer",
     "agon_lightning.training.sft_countdown": "agon_lightning.testbeds.countdown.sft",
+    # the root's loose modules, grouped: the game's pieces, the infrastructure, their job folders
+    **{
+        f"agon_lightning.{m}": f"agon_lightning.game.{m}"
+        for m in ("types", "text", "formats", "prompts", "rewards", "names")
+    },
+    **{
+        f"agon_lightning.{m}": f"agon_lightning.infra.{m}"
+        for m in (
+            "allocator",
+            "errors",
+            "logprobs",
+            "model_source",
+            "plan",
+            "shapes",
+            "shipped_configs",
+            "tiny",
+            "workers",
+        )
+    },
+    "agon_lightning.report": "agon_lightning.experiments.report",
+    "agon_lightning.pipeline": "agon_lightning.rollout.pipeline",
+    "agon_lightning.registry": "agon_lightning.cli.registry",
+    # the chain_sum testbed, gathered into its folder
+    "agon_lightning.traces": "agon_lightning.testbeds.chain_sum.traces",
 }
 # ``agon_lightning.rollout`` became the package of the backends: its ``__init__`` re-exports
 # what the old module defined (``agon_lightning.rollout.HFRollout`` still resolves). Likewise

@@ -10,7 +10,7 @@ forward, backward and optimizer step) is compared, median over the repeats.
     python -m benchmarks.bench_levers --game agon --beta 0.04
     python -m benchmarks.bench_levers --allocator --prompts 16 --generations 8 --max-new-tokens 80
 
-``--allocator`` compares glibc's defaults with :func:`agon_lightning.allocator.reuse_freed_memory`,
+``--allocator`` compares glibc's defaults with :func:`agon_lightning.infra.allocator.reuse_freed_memory`,
 which is process-wide and cannot be switched back: fresh processes alternate instead, each
 reporting the CPU time and the minor page faults of its updates.
 """
@@ -48,7 +48,7 @@ MODULE = "benchmarks.bench_levers"
 def build(work: Workload, game: str) -> Any:
     """An ``AgonModule`` whose ``_update`` runs without a Trainer (plain backward, clipping, step)."""
     from agon_lightning.adapters.policy import LoraOptions
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule, GRPOOptions
     from agon_lightning.verifiers.exact import ExactMatchVerifier
@@ -162,7 +162,7 @@ def allocator_worker(config: dict[str, Any]) -> dict[str, Any]:
     """One process: the allocator setting or not, then play and update ``steps`` times after a warm-up."""
     import resource
 
-    from agon_lightning.allocator import reuse_freed_memory
+    from agon_lightning.infra.allocator import reuse_freed_memory
 
     applied = reuse_freed_memory() if config["reuse"] else False
     work = workload_from(config)

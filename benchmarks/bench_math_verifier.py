@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.math import MathVerifier
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "deepmath_fixture.jsonl"

@@ -48,7 +48,7 @@ def validation_drafts(model_dir: Path, work: Workload, problems: int, repeats: i
     """Greedy drafts of base, alpha and beta: one ``generate`` per policy against one mixed call."""
     import time
 
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule
 

@@ -1,7 +1,7 @@
 """``agon plan``'s estimate against measured peaks: the benchmarks' recorded CPU runs.
 
 Each measured run (a fresh process, peak RSS) is predicted from its own workload with
-:mod:`agon_lightning.plan` (strategy ``single``), plus the process's RSS before the model
+:mod:`agon_lightning.infra.plan` (strategy ``single``), plus the process's RSS before the model
 was loaded (``train_start_rss_mb``: Python, torch and the libraries), and the error is
 reported. Re-run the measurements with ``python -m benchmarks.bench_vs_trl`` (tiny shape) and
 ``python -m benchmarks.bench_scale --vs-trl`` (Qwen3-0.6B).
@@ -31,8 +31,8 @@ SOURCES = {"vs_trl": "tiny Qwen3 (benchmark shape)", "scale_vs_trl_qwen3-0.6b": 
 def main() -> None:
     from transformers import AutoConfig
 
-    from agon_lightning.plan import Run, Shape, parts, peak_bytes
-    from agon_lightning.tiny import build_tokenizer
+    from agon_lightning.infra.plan import Run, Shape, parts, peak_bytes
+    from agon_lightning.infra.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     rows, records = [], []

@@ -31,8 +31,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+    from agon_lightning.infra.allocator import reuse_freed_memory
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.rollout.vllm import VLLMRollout
     from agon_lightning.training.module import AgonModule

@@ -43,9 +43,9 @@ def measure(dtype: str, new_tokens: int, seed: int) -> dict[str, Any]:
 
     from agon_lightning import decode
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+    from agon_lightning.game.rewards import RoleRewards
     from agon_lightning.module import AgonModule, GRPOOptions
     from agon_lightning.policy import BASE_ADAPTER, generating
-    from agon_lightning.rewards import RoleRewards
     from agon_lightning.rollout import HFRollout
 
     # The module that defines HFRollout (and calls stop_token_ids): ``agon_lightning.rollout`` in older

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from agon_lightning.code.sandbox import SandboxConfig
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.code import CodeVerifier
 
 RESULTS = Path(__file__).parent / "results" / "sandbox.json"

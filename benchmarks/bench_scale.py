@@ -125,9 +125,9 @@ def run_paths(config: dict[str, Any]) -> dict[str, Any]:
     from agon_lightning.bundle import save_bundle
     from agon_lightning.cascade import Cascade
     from agon_lightning.data.base import ProblemDataModule
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.module import AgonModule, GRPOOptions
     from agon_lightning.policy import LoraOptions
-    from agon_lightning.prompts import Prompts
     from agon_lightning.rollout import HFRollout
     from agon_lightning.verifiers.exact import ExactMatchVerifier
     from benchmarks.common import LEARNING_RATE, LORA_TARGETS, StepTimer, make_problems, workload_from
@@ -208,7 +208,7 @@ def paths(arch: str, prompts: int, generations: int, max_new_tokens: int, steps:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--arch", default="qwen3-0.6b", help="a shape of agon_lightning.shapes.QWEN3, or tiny"
+        "--arch", default="qwen3-0.6b", help="a shape of agon_lightning.infra.shapes.QWEN3, or tiny"
     )
     parser.add_argument("--vs-trl", action="store_true", help="ours vs TRL instead of the paths section")
     parser.add_argument("--prompts", type=int, default=4)

@@ -38,7 +38,7 @@ def make_bundle(path: Path, max_new_tokens: int = 40) -> Path:
 
     from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.deploy.bundle import save_bundle
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule
 

@@ -115,7 +115,7 @@ def worker(
     else:
         dist.init_process_group("gloo", rank=rank, world_size=2)
     from agon_lightning.adapters.policy import LoraOptions, attach_adapters, load_base, sample_with
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.strategies import gathered
 

@@ -7,7 +7,7 @@ gradient clipping at 1.0, token-mean loss (TRL's ``dapo``), group-scaled advanta
 the ratio is taken per round (side by side), then the median over rounds.
 
 Ours runs as ``agon fit`` runs, with freed memory kept for reuse
-(:mod:`agon_lightning.allocator`); TRL runs as it ships, and once more per round with the same
+(:mod:`agon_lightning.infra.allocator`); TRL runs as it ships, and once more per round with the same
 allocator setting (``trl_reuse``), so the table separates what the setting gives from the rest.
 
     python -m benchmarks.bench_vs_trl                 # the README table
@@ -53,7 +53,7 @@ def run_trl(model_dir: Path, work: Workload, output_dir: str) -> dict[str, Any]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from agon_lightning.types import Problem
+    from agon_lightning.game.types import Problem
     from agon_lightning.verifiers.exact import ExactMatchVerifier
 
     problems = make_problems(work.prompts * (work.steps + 1), work.seed)
@@ -109,7 +109,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     if config["impl"] == "ours":
         return run_ours(model_dir, work, game="grpo")
     if config["impl"] == "trl_reuse":
-        from agon_lightning.allocator import reuse_freed_memory
+        from agon_lightning.infra.allocator import reuse_freed_memory
 
         reuse_freed_memory()
     with tempfile.TemporaryDirectory() as out:

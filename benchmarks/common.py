@@ -42,7 +42,7 @@ class Workload:
         num_layers: Its depth.
         steps: Measured steps, after one warm-up step.
         seed: Seeds the model, the data and the sampling.
-        arch: ``tiny`` (the shape above) or a published shape of :data:`agon_lightning.shapes.QWEN3`
+        arch: ``tiny`` (the shape above) or a published shape of :data:`agon_lightning.infra.shapes.QWEN3`
             (e.g. ``qwen3-0.6b``: random weights, the tiny tokenizer, whose ids fit the vocabulary).
     """
 
@@ -73,7 +73,7 @@ def build_model_dir(root: Path, work: Workload) -> Path:
     The saved generation config sets ``min_new_tokens`` to ``max_new_tokens``: an untrained
     model samples EOS at random, and equal lengths make the compared work exactly equal.
     """
-    from agon_lightning.tiny import TinyArchitecture, build_tokenizer
+    from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
 
     shape = f"h{work.hidden_size}-l{work.num_layers}" if work.arch == "tiny" else work.arch
     path = root / f"{shape}-s{work.seed}-t{work.max_new_tokens}"
@@ -81,7 +81,7 @@ def build_model_dir(root: Path, work: Workload) -> Path:
         return path
     from transformers import GenerationConfig, Qwen3ForCausalLM
 
-    from agon_lightning.shapes import qwen3_config
+    from agon_lightning.infra.shapes import qwen3_config
 
     tokenizer = build_tokenizer()
     heads = max(work.hidden_size // 32, 2)
@@ -116,7 +116,7 @@ def make_problems(count: int, seed: int = 0) -> list[Any]:
     """``count`` sums of three two-digit numbers, all of the same length (no prompt padding)."""
     import random
 
-    from agon_lightning.types import Problem
+    from agon_lightning.game.types import Problem
 
     rng = random.Random(seed)
     problems = []
@@ -142,7 +142,7 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
             untrained model, the whole draft) or ``hidden`` (nothing).
 
     Runs as ``agon fit`` does, with freed memory kept for reuse
-    (:func:`agon_lightning.allocator.reuse_freed_memory`; ``AGON_MALLOC=default`` turns it off).
+    (:func:`agon_lightning.infra.allocator.reuse_freed_memory`; ``AGON_MALLOC=default`` turns it off).
 
     Returns:
         ``step_s`` (seconds per measured step), ``generate_s`` and ``update_s`` (their split),
@@ -151,9 +151,9 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
     import lightning as L
 
     from agon_lightning.adapters.policy import LoraOptions
-    from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.base import ProblemDataModule
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
+    from agon_lightning.infra.allocator import reuse_freed_memory
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.summarizers.basic import HiddenSummarizer, StripTraceSummarizer
     from agon_lightning.training.module import AgonModule, GRPOOptions

@@ -25,9 +25,9 @@ def profile(work: Workload, game: str, rows: int) -> str:
     import lightning as L
 
     from agon_lightning.adapters.policy import LoraOptions
-    from agon_lightning.allocator import reuse_freed_memory
     from agon_lightning.data.base import ProblemDataModule
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
+    from agon_lightning.infra.allocator import reuse_freed_memory
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule, GRPOOptions
     from agon_lightning.verifiers.exact import ExactMatchVerifier

@@ -22,7 +22,7 @@ from typing import Any
 import lightning as L
 
 from agon_lightning.deploy.bundle import save_bundle
-from agon_lightning.names import ADAPTERS, ALPHA, BETA
+from agon_lightning.game.names import ADAPTERS, ALPHA, BETA
 from agon_lightning.strategies import full_tensors
 
 from .protocol import AgonModuleView

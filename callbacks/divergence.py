@@ -39,12 +39,12 @@ from agon_lightning.adapters.policy import (
     output_weight,
     using,
 )
-from agon_lightning.logprobs import LogitHead
-from agon_lightning.names import BASE
+from agon_lightning.game.names import BASE
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Verdict
+from agon_lightning.infra.logprobs import LogitHead
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.strategies import full_tensors, whole_parameter
-from agon_lightning.text import extract_answer
-from agon_lightning.types import Verdict
 
 from .protocol import AgonModuleView
 from .run_files import log_step_metrics

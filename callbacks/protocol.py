@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from torch import nn
 
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.base import Rollout, RolloutBatch
     from agon_lightning.training.module import StepRecord
 
@@ -44,7 +44,7 @@ class AgonModuleView(Protocol):
     """The public attributes of :class:`~agon_lightning.training.module.AgonModule` callbacks read."""
 
     adapter_names: tuple[str, ...]
-    """The adapters the run trains, in :mod:`agon_lightning.names`' spelling."""
+    """The adapters the run trains, in :mod:`agon_lightning.game.names`' spelling."""
     agon_step: int
     """Game steps taken; drives the role schedule."""
     evaluator: EvaluatorView

@@ -8,7 +8,7 @@ from pathlib import Path
 import lightning as L
 
 from agon_lightning.experiments.plots import plot_validation
-from agon_lightning.report import start_end_table
+from agon_lightning.experiments.report import start_end_table
 
 from .protocol import AgonModuleView
 from .run_files import RunDir

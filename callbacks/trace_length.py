@@ -30,7 +30,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from agon_lightning.text import after_thinking, remove_final_answer, thinking_part
+from agon_lightning.game.text import after_thinking, remove_final_answer, thinking_part
 
 from .protocol import AgonModuleView
 from .run_files import RunDir, append_jsonl, log_step_metrics, read_jsonl

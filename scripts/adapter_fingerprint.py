@@ -49,7 +49,7 @@ import lightning as L  # noqa: E402
 
 from agon_lightning.adapters.policy import LoraOptions  # noqa: E402
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule  # noqa: E402
-from agon_lightning.prompts import Prompts  # noqa: E402
+from agon_lightning.game.prompts import Prompts  # noqa: E402
 from agon_lightning.rollout.hf import HFRollout  # noqa: E402
 from agon_lightning.training.module import AgonModule, GRPOOptions  # noqa: E402
 

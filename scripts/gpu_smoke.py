@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def build_model(path: Path, cpu_dry_run: bool) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from agon_lightning.tiny import build_tokenizer
+    from agon_lightning.infra.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     shape = dict(QWEN3_06B)

@@ -28,7 +28,7 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.cli.game import release_process_group
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
 from agon_lightning.strategies import DeepSpeedZeroStrategy, FSDP2Strategy, full_tensors, local
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.exact import ExactMatchVerifier

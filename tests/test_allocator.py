@@ -14,7 +14,7 @@ import pytest
 # faults of 16 steps after 4 warm-up steps.
 PROBE = """
 import json, resource, sys, torch
-from agon_lightning.allocator import reuse_freed_memory
+from agon_lightning.infra.allocator import reuse_freed_memory
 applied = reuse_freed_memory() if sys.argv[1] == "reuse" else False
 torch.set_num_threads(1)
 torch.manual_seed(0)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.basic import FullSummarizer, StripTraceSummarizer
 from agon_lightning.summarizers.hiding import mask_answers, readings, stated_answers
 from agon_lightning.summarizers.qwen3 import Qwen3Summarizer
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
 P = Problem("q", "114")
@@ -89,8 +89,8 @@ def test_the_training_pipeline_shows_the_challenger_no_answer():
     """The second stage's input as training builds it (``challenge_prompts``), from drafts that restate answers."""
     from types import SimpleNamespace
 
-    from agon_lightning.pipeline import challenge_prompts
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
+    from agon_lightning.rollout.pipeline import challenge_prompts
 
     drafts = [
         "<think>12+30=42 42-7=35</think>42, so 35.0<answer>35</answer>",

@@ -1,7 +1,7 @@
 import pytest
 
 from agon_lightning.data.reasoning_gym import generate_problems
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 

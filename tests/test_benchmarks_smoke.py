@@ -63,7 +63,7 @@ def test_two_grpo_steps_generate_the_forced_length(tmp_path):
 
 def test_mixed_adapter_sampling_matches_one_call_per_adapter(tmp_path):
     from agon_lightning.adapters.policy import LoraOptions
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule
 
@@ -124,7 +124,7 @@ def test_bench_scale_runs_every_path_on_a_tiny_shape():
 
 
 def test_the_plan_counts_the_qwen3_0_6b_base_as_the_hand_count():
-    from agon_lightning.plan import Shape
+    from agon_lightning.infra.plan import Shape
 
     assert Shape.of(qwen3_0_6b_config()).base_params() == 596_049_920
 

@@ -21,10 +21,10 @@ from agon_lightning.callbacks.divergence import (
 )
 from agon_lightning.callbacks.samples import markdown_table, sample_rows
 from agon_lightning.callbacks.trace_length import length_stats, summary_part, text_stats
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout.hf import RolloutBatch
-from agon_lightning.text import extract_answer
 from agon_lightning.training.module import AgonModule, RoleRollout, StepRecord
-from agon_lightning.types import Problem, Verdict
 
 
 class RecordingLogger:

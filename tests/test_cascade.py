@@ -17,10 +17,10 @@ from agon_lightning.data.files import load_problems, write_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.deploy.bundle import canonical_base, save_bundle
 from agon_lightning.deploy.cascade import Cascade
-from agon_lightning.pipeline import majority_vote, solve_batch
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.rollout.pipeline import majority_vote, solve_batch
 from agon_lightning.training.module import AgonModule, GRPOOptions
-from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 VAL_SIZE, VAL_BATCH = 8, 4  # k/8 is exact in float32, so logged and recomputed pass@1 compare with ==

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import agon_lightning.registry as registry
+import agon_lightning.cli.registry as registry
 from agon_lightning.cli import AgonCLI, main
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT_CONFIGS = sorted(
@@ -53,7 +53,7 @@ def test_overrides_reach_the_components(capsys):
 def test_third_party_verifier_from_an_entry_point(tmp_path, tiny_model_dir, monkeypatch, capsys):
     (tmp_path / "my_agon_plugin.py").write_text(
         "from agon_lightning.verifiers.base import Verifier\n"
-        "from agon_lightning.types import Verdict\n"
+        "from agon_lightning.game.types import Verdict\n"
         "class ParityVerifier(Verifier):\n"
         "    def __init__(self, even: bool = True):\n"
         "        self.even = even\n"

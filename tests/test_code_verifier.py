@@ -13,8 +13,8 @@ import pytest
 
 from agon_lightning.code.judge import code_blocks, extract_program, outputs_match, tokens_match
 from agon_lightning.data.codecontests import row_to_problem
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.code import CodeSummarizer
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.code import CodeVerifier
 
 ROOT = Path(__file__).resolve().parents[1]

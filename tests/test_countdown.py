@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agon_lightning.data.reasoning_gym import generate_problems, pose
-from agon_lightning.formats import ThinkAnswerFormat
+from agon_lightning.game.formats import ThinkAnswerFormat
+from agon_lightning.game.text import extract_answer, thinking_part
+from agon_lightning.game.types import Problem
+from agon_lightning.infra.tiny import build_tokenizer
 from agon_lightning.summarizers.hiding import arithmetic_pieces, mask_full_uses
 from agon_lightning.testbeds.countdown.oracle import examples_of
 from agon_lightning.testbeds.countdown.sft import CountdownExamples, slipped_path, target_of
@@ -38,10 +41,7 @@ from agon_lightning.testbeds.countdown.task import (
     solve,
     tried_first,
 )
-from agon_lightning.text import extract_answer, thinking_part
-from agon_lightning.tiny import build_tokenizer
 from agon_lightning.training.sft_data import RIVALS, SFTDataModule
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 RANGE = {"min_value": 1, "max_value": 9, "min_target": 10, "max_target": 99, "operators": ["+", "-", "*"]}
@@ -467,7 +467,7 @@ def test_the_shipped_base_drafts_a_search_in_the_format() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agon_lightning.adapters.policy import resolve_model_path
-    from agon_lightning.prompts import Prompts
+    from agon_lightning.game.prompts import Prompts
 
     path = Path(resolve_model_path("agon:tiny-countdown"))
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)

@@ -16,12 +16,12 @@ from agon_lightning.adapters.policy import (
     sample_with,
 )
 from agon_lightning.adapters.shared_prompt import prompt_groups
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.types import Problem
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout import hf as rollout_module
 from agon_lightning.rollout.decode_loop import Sampling
 from agon_lightning.rollout.hf import HFRollout, encode_prompts
-from agon_lightning.types import Problem
 
 LORA = LoraOptions(r=4, alpha=8)
 # Two-digit chains like the shipped model's training problems, 2 to 4 terms: prompts of uneven length.

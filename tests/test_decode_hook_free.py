@@ -19,7 +19,7 @@ import torch
 from conftest import build_char_tokenizer
 from torch import nn
 
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.plain import RotaryTable, activation_unsupported, plain_activation

@@ -334,7 +334,7 @@ def test_the_reference_pages_hold_every_command_option_and_component(generated):
     import inspect
 
     from agon_lightning.cli import COMMANDS
-    from agon_lightning.registry import GROUPS, entry_point_paths
+    from agon_lightning.cli.registry import GROUPS, entry_point_paths
     from agon_lightning.training.module import AgonModule, GRPOOptions
 
     commands = generated["reference/commands.md"]

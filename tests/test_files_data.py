@@ -15,7 +15,7 @@ from agon_lightning.data.files import (
     read_problem_rows,
     write_problems,
 )
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agon_lightning.formats import FormatCheck, ThinkAnswerFormat
-from agon_lightning.registry import load_plugins
+from agon_lightning.cli.registry import load_plugins
+from agon_lightning.game.formats import FormatCheck, ThinkAnswerFormat
 
 FENCE = "`" * 3
 

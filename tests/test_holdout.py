@@ -9,10 +9,10 @@ import yaml
 
 from agon_lightning.data.holdout import HashHoldout, distinct, unit_hash
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems
+from agon_lightning.game.types import Problem
 from agon_lightning.testbeds.countdown.task import space
 from agon_lightning.training.sft_data import SFTDataModule
 from agon_lightning.training.validation import SPLIT
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 CONFIGS = Path(__file__).parents[1] / "configs"

@@ -105,7 +105,7 @@ def test_no_module_of_the_package_imports_itself_back():
     assert {
         "agon_lightning.training.module",
         "agon_lightning.training.validation",
-        "agon_lightning.pipeline",
+        "agon_lightning.rollout.pipeline",
     } <= set(graph)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
@@ -114,8 +114,12 @@ def test_no_module_of_the_package_imports_itself_back():
 # problems know nothing of the model, the policies nothing of sampling, sampling nothing of the training step, and training
 # nothing of deployment (which uses all three); the experiments read runs, the callbacks watch
 # them, and the CLI puts it all together; a testbed (a domain's folder, like a plugin) may use all of it.
-LAYERS = ["data", "adapters", "rollout", "training", "deploy", "experiments", "callbacks", "cli", "testbeds"]
-# Modules every layer may use though they sit in one: none (shared code lives at the root, e.g. logprobs).
+# Below them all, the game's pieces (types, text, prompts, rewards: pure) and the infrastructure.
+LAYERS = [
+    "game", "infra", "data", "adapters", "rollout", "training", "deploy", "experiments", "callbacks", "cli",
+    "testbeds",
+]  # fmt: skip
+# Modules every layer may use though they sit in one: none (shared code sits low, e.g. infra.logprobs).
 SHARED_LEAVES: set[str] = set()
 
 
@@ -151,6 +155,26 @@ def test_no_job_folder_imports_one_above_it():
         assert graph[leaf] == set(), f"{leaf} must stay free of package imports to be shared by every layer"
 
 
+def test_the_package_root_holds_no_loose_module():
+    # Every module sits in a folder: the game's pieces, the infrastructure, a job, a component kind
+    # or a testbed. At the root only the package's own face (its public names) and the old paths' alias.
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "moved.py"]
+
+
+COMPONENTS = ["verifiers", "summarizers", "code", "strategies"]
+
+
+def test_the_component_packages_stand_on_the_game_and_the_infrastructure_only():
+    # Any floor may use a verifier, a summarizer, the code sandbox or a strategy, so they use no job folder.
+    graph = import_graph()
+    reach = [
+        f"{m} -> {d}" for m, deps in sorted(graph.items()) if m.count(".") and m.split(".")[1] in COMPONENTS
+        for d in sorted(deps) if len(d.split(".")) > 1 and d.split(".")[1] not in {"game", "infra", *COMPONENTS}
+    ]  # fmt: skip
+    assert reach == []
+    assert "agon_lightning.verifiers.code" in graph and "agon_lightning.summarizers.hiding" in graph
+
+
 def test_nothing_below_the_cli_imports_it_even_lazily():
     # The CLI is the top floor: a command module may use everything, and no job folder uses a command.
     graph = import_graph(lazy=True)
@@ -163,8 +187,8 @@ def test_nothing_below_the_cli_imports_it_even_lazily():
         f"{m} -> {d}" for m in sorted(below) for d in sorted(graph[m]) if layer_of(d) == LAYERS.index("cli")
     ] == []
     # the log-prob code sits below the adapters and training, which both use it
-    assert graph["agon_lightning.logprobs"] == set()
-    assert "agon_lightning.logprobs" in graph["agon_lightning.adapters.policy"]
+    assert graph["agon_lightning.infra.logprobs"] == set()
+    assert "agon_lightning.infra.logprobs" in graph["agon_lightning.adapters.policy"]
 
 
 # The modules of the ``agon`` command: the dispatcher (``agon_lightning.cli``), the table of
@@ -210,14 +234,14 @@ def reaching_out_of_data(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_data_rule_finds_an_import_above_data():
     graph = {
-        "agon_lightning.data.gym": {"agon_lightning.training.validation", "agon_lightning.types"},
-        "agon_lightning.training.validation": {"agon_lightning.types"},
-        "agon_lightning.types": set(),
+        "agon_lightning.data.gym": {"agon_lightning.training.validation", "agon_lightning.game.types"},
+        "agon_lightning.training.validation": {"agon_lightning.game.types"},
+        "agon_lightning.game.types": set(),
     }
     assert reaching_out_of_data(graph) == ["agon_lightning.data.gym -> agon_lightning.training.validation"]
 
 
 def test_data_imports_nothing_above_it_even_lazily():
     graph = import_graph(lazy=True)
-    assert "agon_lightning.data.reasoning_gym" in graph and "agon_lightning.types" in leaves(graph)
+    assert "agon_lightning.data.reasoning_gym" in graph and "agon_lightning.game.types" in leaves(graph)
     assert reaching_out_of_data(graph) == []

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.math import MathVerifier
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepmath_fixture.jsonl"

@@ -6,7 +6,7 @@ import torch
 
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.rewards import RoleRewards
+from agon_lightning.game.rewards import RoleRewards
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier

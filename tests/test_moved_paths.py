@@ -56,7 +56,7 @@ OLD_NAMES = {
     "agon_lightning.Rollout": "agon_lightning.rollout.base.Rollout",
     "agon_lightning.cli.COMMANDS": "agon_lightning.cli.commands.COMMANDS",
     "agon_lightning.cli.LIGHTNING_MAIN": "agon_lightning.cli.commands.LIGHTNING_MAIN",
-    "agon_lightning.config_files.PREFIX": "agon_lightning.names.SHIPPED",
+    "agon_lightning.config_files.PREFIX": "agon_lightning.game.names.SHIPPED",
 }
 
 

@@ -8,7 +8,7 @@ import typing
 from pathlib import Path
 
 import agon_lightning
-from agon_lightning import names
+from agon_lightning.game import names
 from agon_lightning.training import schedule
 from callbacks.checkpoint import DRAFTER_CHOICES, AgonCheckpoint
 
@@ -36,7 +36,7 @@ def test_schedules_use_the_adapter_names():
 
 
 def test_no_module_spells_an_adapter_or_the_base_as_a_literal():
-    # Docstrings and comments may use the words; code takes them from agon_lightning.names.
+    # Docstrings and comments may use the words; code takes them from agon_lightning.game.names.
     literal = re.compile(r"""(?<![\w.])["'](alpha|beta|base)["']""")
     found = []
     for path in [*(ROOT / "agon_lightning").rglob("*.py"), *(ROOT / "callbacks").glob("*.py")]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.other import OtherProblemSummarizer
 from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer
-from agon_lightning.types import Problem
 
 
 def problem(numbers: list[int], target: int) -> Problem:

@@ -9,8 +9,8 @@ from test_training_paths import ZeroIsRight
 
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.formats import ThinkAnswerFormat
-from agon_lightning.rewards import CorrectnessReward
+from agon_lightning.game.formats import ThinkAnswerFormat
+from agon_lightning.game.rewards import CorrectnessReward
 from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts
 from agon_lightning.training.schedule import opponent_rows
 

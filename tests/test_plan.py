@@ -6,7 +6,7 @@ import pytest
 from transformers import Qwen3Config
 
 from agon_lightning.cli import main
-from agon_lightning.plan import GIB, Run, Shape, parts, peak_bytes
+from agon_lightning.infra.plan import GIB, Run, Shape, parts, peak_bytes
 
 SHAPE = Shape.of(
     Qwen3Config(

@@ -22,12 +22,12 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.data.base import ProblemDataset, ResumableDataLoader, collate_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.types import Problem
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.prefetch import too_stale, versions_behind
 from agon_lightning.training.grpo import effective_sample_size, sampler_correction, tis_clip_fraction
 from agon_lightning.training.module import AgonModule, GRPOOptions
-from agon_lightning.types import Problem
 
 P, N = 2, 2  # problems per step, drafts per problem
 

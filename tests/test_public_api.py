@@ -31,7 +31,7 @@ def test_every_public_name_imports_and_all_lists_exactly_them():
 @pytest.mark.parametrize(
     "code",
     [
-        "import agon_lightning.text",
+        "import agon_lightning.game.text",
         "import agon_lightning; agon_lightning.__all__",
         "from agon_lightning.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
     ],

@@ -10,8 +10,8 @@ import pytest
 
 from agon_lightning import from_config
 from agon_lightning.callbacks import STANDARD
-from agon_lightning.errors import UsageError
-from agon_lightning.rewards import GradedReward
+from agon_lightning.game.rewards import GradedReward
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
 

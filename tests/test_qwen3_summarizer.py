@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.hiding import mask_answers, readings
 from agon_lightning.summarizers.qwen3 import Qwen3Summarizer, drop_empty_math
-from agon_lightning.types import Problem
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepmath_fixture.jsonl"
 ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

@@ -1,4 +1,4 @@
-from agon_lightning.report import pass_at_1_stderr, start_end_table
+from agon_lightning.experiments.report import pass_at_1_stderr, start_end_table
 
 HISTORY = [
     (

@@ -24,7 +24,7 @@ import lightning as L
 import pytest
 import torch
 
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]

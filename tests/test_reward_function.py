@@ -10,8 +10,8 @@ import pytest
 
 from agon_lightning.cli import AgonCLI
 from agon_lightning.deploy.bundle import build_component, component_spec
-from agon_lightning.text import extract_answer
-from agon_lightning.types import Problem
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def test_a_missing_or_empty_column_is_refused_at_start_naming_it():
 
 
 def test_a_graded_verifier_beside_a_reward_that_pays_only_c_is_refused():
-    from agon_lightning.rewards import CompetitiveReward, GradedReward
+    from agon_lightning.game.rewards import CompetitiveReward, GradedReward
     from agon_lightning.training.module import AgonModule
 
     graded = RewardFunctionVerifier([graded_accuracy, half_format])
@@ -227,8 +227,8 @@ def test_a_graded_verifier_beside_a_reward_that_pays_only_c_is_refused():
 
 
 def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():
+    from agon_lightning.game.types import Verdict
     from agon_lightning.training.step_metrics import function_metrics
-    from agon_lightning.types import Verdict
 
     verdicts = [
         Verdict(True, rewards={"acc": 1.0, "fmt": None}),
@@ -255,7 +255,7 @@ def test_a_problem_is_graded_when_it_has_every_column_the_functions_require():
 def test_one_graded_function_beside_a_reward_that_pays_only_c_is_told_once():
     import torch
 
-    from agon_lightning.rewards import CompetitiveReward, GradedReward, RoleOutcome
+    from agon_lightning.game.rewards import CompetitiveReward, GradedReward, RoleOutcome
     from agon_lightning.training.module import AgonModule
 
     def outcome(*graded):

@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from agon_lightning.rewards import CompetitiveReward, CorrectnessReward, Outcomes, RoleOutcome
+from agon_lightning.game.rewards import CompetitiveReward, CorrectnessReward, Outcomes, RoleOutcome
 from agon_lightning.training.grpo import group_advantages
 from agon_lightning.training.schedule import opponent_rows
 
@@ -142,13 +142,13 @@ def test_the_class_and_every_shipped_config_take_the_papers_weights(config):
     reward = CompetitiveReward()
     assert {k: getattr(reward, k) for k in PAPER_WEIGHTS} == PAPER_WEIGHTS and reward.form == "bonus"
     block = yaml.safe_load((ROOT / "configs" / config).read_text())["model"]["reward"]
-    assert block["class_path"] == "agon_lightning.rewards.CompetitiveReward"
+    assert block["class_path"] == "agon_lightning.game.rewards.CompetitiveReward"
     assert {k: block["init_args"][k] for k in PAPER_WEIGHTS} == PAPER_WEIGHTS
-    assert block["init_args"]["format"]["class_path"] == "agon_lightning.formats.ThinkAnswerFormat"
+    assert block["init_args"]["format"]["class_path"] == "agon_lightning.game.formats.ThinkAnswerFormat"
 
 
 def test_the_graded_reward_pays_the_functions_sum_and_the_bonus_on_c():
-    from agon_lightning.rewards import GradedReward, Outcomes, RoleOutcome
+    from agon_lightning.game.rewards import GradedReward, Outcomes, RoleOutcome
 
     nan = float("nan")
     draft = RoleOutcome(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([5, 5, 5]), ["a", "b", "c"],

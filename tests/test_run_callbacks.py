@@ -32,7 +32,7 @@ from agon_lightning.callbacks import (
 from agon_lightning.callbacks.summary import AdapterSummary
 from agon_lightning.cli import AgonCLI
 from agon_lightning.cli.config_files import shipped_configs
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 # The configs `agon fit` starts from (overlays such as experiments/ and strategy/ add to one of these).

@@ -15,7 +15,7 @@ import torch
 from agon_lightning.adapters import fast_lora
 from agon_lightning.adapters.policy import BASE_ADAPTER, generating
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.rewards import RoleRewards
+from agon_lightning.game.rewards import RoleRewards
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout import merged as merged_weights
 from agon_lightning.rollout.hf import HFRollout

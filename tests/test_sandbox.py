@@ -20,7 +20,7 @@ import pytest
 
 from agon_lightning.code.sandbox import PROTECTIONS, Sandbox, SandboxConfig, SandboxError
 from agon_lightning.code.session import classify
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.code import CodeVerifier
 
 UID_BASE, UID_COUNT = 61000 + (os.getpid() % 1000) * 4, 4  # apart from other runs of this suite

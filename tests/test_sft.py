@@ -11,19 +11,19 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agon_lightning.cli.sft import SFTCLI
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.text import extract_answer
+from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.summarizers.basic import StripTraceSummarizer
-from agon_lightning.text import extract_answer
-from agon_lightning.tiny import TinyArchitecture, build_tokenizer
-from agon_lightning.training.sft import SFTModule, StopAtThreshold, encode_sft_batch
-from agon_lightning.training.sft_data import (
+from agon_lightning.testbeds.chain_sum.sft import (
     DEFAULT_RIVAL_MIX,
-    RIVALS,
-    SFTDataModule,
+    ArithmeticExamples,
     build_examples,
     eval_examples,
 )
+from agon_lightning.training.sft import SFTModule, StopAtThreshold, encode_sft_batch
+from agon_lightning.training.sft_data import RIVALS, SFTDataModule
 
 TASKS = {"chain_sum": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
 CHALLENGE = "{question}\nRival: {summary}"
@@ -194,3 +194,17 @@ def test_shipped_config_parses(tmp_path: Path) -> None:
     assert cli.model.rollout.max_new_tokens == 80
     assert cli.datamodule.val_seed == 10_001 and cli.datamodule.data_seed != cli.datamodule.val_seed
     assert any(isinstance(c, StopAtThreshold) for c in cli.trainer.callbacks)
+    examples = cli.datamodule.examples
+    assert isinstance(examples, ArithmeticExamples) and examples.rival_mix == DEFAULT_RIVAL_MIX
+
+
+def test_the_default_examples_are_the_arithmetic_ones_with_the_data_level_shares() -> None:
+    # Configs written before the examples moved into the chain_sum testbed set the shares on the data module.
+    dm = SFTDataModule(tasks=TASKS, challenge_fraction=0.25, rival_mix={"slipped": 1.0})
+    assert isinstance(dm.examples, ArithmeticExamples)
+    assert (dm.examples.challenge_fraction, dm.examples.rival_mix) == (0.25, {"slipped": 1.0})
+    assert SFTDataModule(tasks=TASKS).examples.challenge_fraction == 0.5
+    # ... and the names the data module's file defined still import from it
+    from agon_lightning.training import sft_data
+
+    assert sft_data.build_examples is build_examples and sft_data.DEFAULT_RIVAL_MIX is DEFAULT_RIVAL_MIX

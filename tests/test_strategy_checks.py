@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from torch import nn
 
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.strategies import (
     DecoderLayerFSDPStrategy,
     FSDP2Strategy,

@@ -18,10 +18,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from agon_lightning.code.judge import extract_program
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.basic import FullSummarizer, HiddenSummarizer, StripTraceSummarizer
 from agon_lightning.summarizers.code import CodeSummarizer
 from agon_lightning.summarizers.qwen3 import Qwen3Summarizer
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.exact import normalize_answer
 
 P = Problem("q", "0")

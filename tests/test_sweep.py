@@ -53,7 +53,7 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
         "model.deployed": "cascade_aa",
     },
     "grpo_n": {"model.game": "grpo", "model.grpo.num_generations": 8},
-    "cooperative": {"model.reward.class_path": "agon_lightning.rewards.CorrectnessReward"},
+    "cooperative": {"model.reward.class_path": "agon_lightning.game.rewards.CorrectnessReward"},
     "no_exchange": {
         "model.summarizer.class_path": "agon_lightning.summarizers.basic.HiddenSummarizer",
         "model.prompts.challenge": "{question}{summary}",  # exactly the drafter's prompt
@@ -64,7 +64,7 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     "zero_shot": {"model.game": "grpo"},
     "self_refine": {
         "model.schedule": "self_play",
-        "model.reward.class_path": "agon_lightning.rewards.CorrectnessReward",
+        "model.reward.class_path": "agon_lightning.game.rewards.CorrectnessReward",
     },
     "shared_opponent": {
         "model.pairing": "shared",
@@ -100,10 +100,10 @@ def test_variant_overlay_changes_only_what_it_names(variant, capsys):
     if variant == "no_exchange":  # the bonus still pays against the hidden draft
         assert merged["model.reward.init_args.conversion_bonus"] > 0
         # ... and the challenger reads exactly the drafter's prompt: one the base was trained on.
-        from agon_lightning.prompts import Prompts
+        from agon_lightning.game.prompts import Prompts
+        from agon_lightning.game.types import Problem
+        from agon_lightning.infra.tiny import build_tokenizer
         from agon_lightning.summarizers.basic import HiddenSummarizer
-        from agon_lightning.tiny import build_tokenizer
-        from agon_lightning.types import Problem
 
         prompts = Prompts(draft=merged["model.prompts.draft"], challenge=merged["model.prompts.challenge"])
         tok, problem = build_tokenizer(), Problem("12 + 30 - 7 =", "35")

@@ -1,9 +1,15 @@
 import pytest
 
+from agon_lightning.game.text import (
+    after_thinking,
+    answer_spans,
+    extract_answer,
+    last_boxed_span,
+    thinking_part,
+)
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.basic import FullSummarizer, HiddenSummarizer, StripTraceSummarizer
 from agon_lightning.summarizers.code import CodeSummarizer
-from agon_lightning.text import after_thinking, answer_spans, extract_answer, last_boxed_span, thinking_part
-from agon_lightning.types import Problem
 
 P = Problem("1+1=?", "2")
 

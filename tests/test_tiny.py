@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
-from agon_lightning.prompts import Prompts
-from agon_lightning.tiny import TAG_TOKENS, TINY_MODEL_DIR, TinyArchitecture, build_tokenizer
-from agon_lightning.types import Problem
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.types import Problem
+from agon_lightning.infra.tiny import TAG_TOKENS, TINY_MODEL_DIR, TinyArchitecture, build_tokenizer
 
 COMPLETION = "<think>42-25=17 17-73=-56</think>17,-56<answer>-56</answer>"
 

@@ -7,10 +7,10 @@ import random
 import pytest
 
 from agon_lightning.data.reasoning_gym import generate_problems
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.basic import StripTraceSummarizer
-from agon_lightning.text import extract_answer
-from agon_lightning.traces import corrupted_completion, evaluate, target_completion
-from agon_lightning.types import Problem
+from agon_lightning.testbeds.chain_sum.traces import corrupted_completion, evaluate, target_completion
 
 
 def arithmetic_problem(expression: str, answer: str, task: str = "chain_sum") -> Problem:

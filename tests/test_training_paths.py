@@ -20,9 +20,9 @@ from scripted import ScriptedRollout
 
 from agon_lightning.adapters.policy import LoraOptions, attach_adapters, load_base
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.text import extract_answer
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.training.module import AgonModule, GRPOOptions
-from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 FACTORS: dict[str, list] = {

@@ -18,9 +18,9 @@ from agon_lightning.cli import AgonCLI, main
 from agon_lightning.data.dataset import DatasetDataModule
 from agon_lightning.data.files import FileProblemDataModule, ProblemFields, load_problems, read_problem_rows
 from agon_lightning.deploy.cascade import as_problems
-from agon_lightning.pipeline import CascadeResult, CascadeSample
-from agon_lightning.prompts import Prompts
-from agon_lightning.types import Problem, messages_fault
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.types import Problem, messages_fault
+from agon_lightning.rollout.pipeline import CascadeResult, CascadeSample
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEM = {"role": "system", "content": "Answer in <answer> tags."}

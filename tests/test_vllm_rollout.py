@@ -25,7 +25,7 @@ from agon_lightning.cli import main
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.deploy.bundle import save_bundle
 from agon_lightning.deploy.cascade import Cascade, rollout_for_backend
-from agon_lightning.rewards import RoleRewards
+from agon_lightning.game.rewards import RoleRewards
 from agon_lightning.rollout import vllm as vllm_rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.vllm import VLLMRollout

@@ -32,9 +32,9 @@ from agon_lightning.adapters.shared_prompt import (
     shared_prefixes,
     shares_prompts,
 )
-from agon_lightning.logprobs import LogitHead
-from agon_lightning.names import BETA
-from agon_lightning.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
+from agon_lightning.game.names import BETA
+from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
+from agon_lightning.infra.logprobs import LogitHead
 from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -4,7 +4,7 @@
 :class:`ProblemDataModule`; ``agon sft``, ``sweep``, ``serve``, ``export`` and ``config`` are ours,
 and ``agon predict --bundle`` is the deployed cascade. Plugins are loaded before the parser is
 built so their short class names resolve. A mistake in a command is one line and exit
-status 2 (:mod:`agon_lightning.errors`); ``agon --verbose ...`` shows the traceback.
+status 2 (:mod:`agon_lightning.infra.errors`); ``agon --verbose ...`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import sys
 from importlib.metadata import version
 from typing import Any
 
-from agon_lightning.allocator import reuse_freed_memory
 from agon_lightning.cli.commands import COMMANDS, LIGHTNING_MAIN
 from agon_lightning.cli.config_files import expand_config_args
-from agon_lightning.errors import fail, reporting_usage_errors, set_verbose, take_verbose_flag
+from agon_lightning.infra.allocator import reuse_freed_memory
+from agon_lightning.infra.errors import fail, reporting_usage_errors, set_verbose, take_verbose_flag
 
 
 def broken_torch_companions() -> list[str]:

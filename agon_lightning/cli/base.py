@@ -27,15 +27,15 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from agon_lightning.cli.quiet import quiet_dependency_noise
-from agon_lightning.errors import UsageError, fail, is_verbose, one_line
-from agon_lightning.model_source import check_model_source
-from agon_lightning.registry import (
+from agon_lightning.cli.registry import (
     available_names,
     entry_point_paths,
     group_for_option,
     load_plugins,
     resolve_component_names,
 )
+from agon_lightning.infra.errors import UsageError, fail, is_verbose, one_line
+from agon_lightning.infra.model_source import check_model_source
 from agon_lightning.strategies import check_strategy_option
 
 PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$', re.DOTALL)

@@ -30,7 +30,7 @@ from agon_lightning.cli.config_files import expand_config_args
 from agon_lightning.cli.game import AgonCLI
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.deploy.bundle import component_spec
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.training.module import AgonModule
 
 RewardFunc = str | Callable[..., Any]
@@ -61,7 +61,7 @@ def from_config(
             ``test`` split, else ``val_size`` rows split off; see ``DatasetDataModule``).
         reward_funcs: TRL reward functions (callables or import paths): the verifier becomes a
             :class:`~agon_lightning.verifiers.reward_function.RewardFunctionVerifier` over them and
-            the reward a :class:`~agon_lightning.rewards.GradedReward` that pays their weighted sum.
+            the reward a :class:`~agon_lightning.game.rewards.GradedReward` that pays their weighted sum.
         reward_weights: One weight per reward function (TRL's ``reward_weights``; default 1 each).
         components: Any other :class:`AgonModule` argument by name, as an object or a plain value
             (``verifier=MyVerifier()``, ``summarizer=...``, ``game="grpo"``).
@@ -99,7 +99,7 @@ def _model_objects(
                 f"from_config: reward_funcs builds the verifier and the reward; drop {' and '.join(taken)} "
                 "or reward_funcs"
             )
-        from agon_lightning.rewards import GradedReward
+        from agon_lightning.game.rewards import GradedReward
         from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
 
         components = {

@@ -21,6 +21,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("agon_lightning.deploy.serve:serve_main", "serve a bundle's cascade behind an OpenAI-compatible HTTP endpoint"),
     "export": ("agon_lightning.deploy.export:export_main", "merge an adapter into its base, or lay out both for a multi-LoRA server"),
     "config": ("agon_lightning.cli.config_files:config_main", "list the configs shipped with the package, or print one"),
-    "plan": ("agon_lightning.plan:plan_main", "will it fit? predicted memory per device for every strategy"),
+    "plan": ("agon_lightning.infra.plan:plan_main", "will it fit? predicted memory per device for every strategy"),
     "vllm-serve": ("agon_lightning.rollout.server_command:vllm_serve_main", "print (or --run) the vLLM server command a --model.rollout=vllm_server run needs"),
 }  # fmt: skip

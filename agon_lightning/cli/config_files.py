@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from agon_lightning.errors import CommandParser, UsageError
-from agon_lightning.shipped_configs import (  # noqa: F401  (their old home: imported from here too)
+from agon_lightning.infra.errors import CommandParser, UsageError
+from agon_lightning.infra.shipped_configs import (  # noqa: F401  (their old home: imported from here too)
     CONFIG_OPTIONS,
     LOCAL_DIR,
     PREFIX,

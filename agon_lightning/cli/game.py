@@ -18,7 +18,7 @@ from agon_lightning.callbacks.defaults import STANDARD_NAMES
 from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.cli.commands import COMMANDS
 from agon_lightning.data.base import ProblemDataModule
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.training.module import AgonModule
 
 

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from agon_lightning.text import after_thinking
+from agon_lightning.game.text import after_thinking
 
 # An opening fence (``` or longer, with an optional info string), the body, the same fence.
 _FENCE = re.compile(r"^[ \t]*(`{3,})[ \t]*([^\s`]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)

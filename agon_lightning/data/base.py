@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 
 class ProblemDataset(Dataset):

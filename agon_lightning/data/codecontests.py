@@ -27,7 +27,7 @@ from typing import Any
 from agon_lightning.data.base import SplitSourceDataModule
 from agon_lightning.data.reader import read_rows
 from agon_lightning.data.sampling import seeded_split
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 HUB_ID = "deepmind/code_contests"
 TEST_SETS = ("public_tests", "private_tests", "generated_tests")

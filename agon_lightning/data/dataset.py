@@ -24,7 +24,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from agon_lightning.data.base import SplitSourceDataModule, split_holdout
 from agon_lightning.data.files import ProblemFields, problem_rows, problems_of
 from agon_lightning.data.reader import EVAL_SPLITS, RawRow, dataset_rows, pick_split
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 ACCEPTED = "a datasets.Dataset, IterableDataset, DatasetDict or IterableDatasetDict"
 

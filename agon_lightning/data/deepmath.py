@@ -28,7 +28,7 @@ from typing import Any
 from agon_lightning.data import reader
 from agon_lightning.data.base import SplitSourceDataModule
 from agon_lightning.data.sampling import seeded_split
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 log = logging.getLogger(__name__)
 

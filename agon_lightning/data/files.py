@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from agon_lightning.data.base import SplitSourceDataModule, split_holdout
 from agon_lightning.data.reader import RawRow, iter_rows
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 MAX_LISTED_ERRORS = 10
 # The automatic choices, in order: TRL's prompt column first.

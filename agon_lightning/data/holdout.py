@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 #: The Countdown statement: the target and the sorted numbers.
 COUNTDOWN_KEY = "{target}|{numbers}"

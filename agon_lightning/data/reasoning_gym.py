@@ -20,7 +20,7 @@ from typing import Any
 
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.data.holdout import HashHoldout, distinct
-from agon_lightning.types import SPLIT, Problem
+from agon_lightning.game.types import SPLIT, Problem
 
 # Draws per held-out problem wanted before a generator that will not give enough is given up on.
 MAX_DRAWS_PER_PROBLEM = 200

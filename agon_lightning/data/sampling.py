@@ -15,7 +15,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 log = logging.getLogger(__name__)
 

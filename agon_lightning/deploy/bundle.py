@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from agon_lightning.adapters.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
-from agon_lightning.errors import CommandParser
-from agon_lightning.names import ALPHA
+from agon_lightning.game.names import ALPHA
+from agon_lightning.infra.errors import CommandParser
 
 BUNDLE_FILE = "agon.json"
 FORMAT_VERSION = 1

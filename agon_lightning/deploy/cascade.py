@@ -5,14 +5,14 @@ with plain torch (no Trainer): the base named in ``agon.json``, both adapters, a
 summarizer, prompts, rollout and verifier the pair was trained with.
 
 It is the validation pipeline, not a re-implementation of it: :meth:`Cascade.solve` runs
-:func:`~agon_lightning.pipeline.solve_batch`, the calls validation makes, and the adapters are
+:func:`~agon_lightning.rollout.pipeline.solve_batch`, the calls validation makes, and the adapters are
 attached by the same :func:`~agon_lightning.adapters.policy.attach_adapters` that resumes training from
 a bundle (:func:`~agon_lightning.deploy.bundle.load_adapters`). With greedy decoding a bundle
 therefore reproduces the ``val/cascade_*`` pass@1 logged when it was saved, exactly: on CPU in
 float32 greedy text does not depend on how prompts are batched or padded
 (``tests/test_cascade.py`` checks both). Kernels that change with the batch shape (bf16 on
 GPUs) can flip a near-tied greedy token; batching like validation narrows that. With ``k > 1``
-the answers are majority-voted (:mod:`agon_lightning.pipeline`).
+the answers are majority-voted (:mod:`agon_lightning.rollout.pipeline`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import torch
 from agon_lightning.adapters.policy import sample_with
 from agon_lightning.data.files import row_to_problem
 from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
-from agon_lightning.pipeline import UNVERIFIABLE, CascadeResult, CascadeSample, solve_batch
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout.base import Rollout, RolloutBatch
+from agon_lightning.rollout.pipeline import UNVERIFIABLE, CascadeResult, CascadeSample, solve_batch
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 __all__ = ["BACKENDS", "Cascade", "CascadeResult", "CascadeSample", "as_problems", "rollout_for_backend"]

@@ -34,7 +34,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from agon_lightning.data.files import ProblemFields, ProblemRow, read_problem_rows
 from agon_lightning.deploy.bundle import bundle_parser
 from agon_lightning.deploy.cascade import BACKENDS, Cascade
-from agon_lightning.pipeline import UNVERIFIABLE
+from agon_lightning.rollout.pipeline import UNVERIFIABLE
 
 log = logging.getLogger(__name__)
 

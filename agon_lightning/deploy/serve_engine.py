@@ -4,7 +4,7 @@ A served *model* is a way through the bundle: ``cascade_ab`` (``alpha`` drafts, 
 answers after reading the draft's summary), ``cascade_ba``, one adapter alone, or the base.
 :class:`CascadeRunner` runs a batch of requests that share a model and sampling settings
 through the deployment code — the bundle's :class:`~agon_lightning.deploy.cascade.Cascade` (its
-prompts, summarizer and rollout) and :func:`~agon_lightning.pipeline.challenge_prompts`, the
+prompts, summarizer and rollout) and :func:`~agon_lightning.rollout.pipeline.challenge_prompts`, the
 one place the second stage's input is built — so a greedy request answers exactly what
 ``agon predict`` writes. With ``n > 1`` each of the n drafts is answered once (n choices, no
 vote). Stop strings cut the returned text; generation itself runs to EOS or the budget.
@@ -29,12 +29,12 @@ from agon_lightning.adapters.policy import sample_with
 from agon_lightning.deploy.cascade import Cascade
 from agon_lightning.deploy.serve_api import APIError
 from agon_lightning.deploy.serve_stream import StreamingHFRollout, TextDeltas, cut_at_stop
-from agon_lightning.names import BASE
-from agon_lightning.pipeline import challenge_prompts
+from agon_lightning.game.names import BASE
+from agon_lightning.game.types import Problem
 from agon_lightning.rollout.base import Rollout, RolloutBatch, stop_token_ids
 from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.rollout.pipeline import challenge_prompts
 from agon_lightning.training.validation import cascade_pairs
-from agon_lightning.types import Problem
 
 
 @dataclass(frozen=True)

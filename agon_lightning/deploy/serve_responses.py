@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from agon_lightning.deploy.serve_api import APIError
 from agon_lightning.deploy.serve_engine import Choice, Job, Result
 from agon_lightning.deploy.serve_queue import BatchQueue
-from agon_lightning.names import BASE
+from agon_lightning.game.names import BASE
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.names import ALPHA, BASE, BETA
+from agon_lightning.game.names import ALPHA, BASE, BETA
 
 STATS = {"pass@1": "pass@1 (greedy)", "length": "completion tokens"}
 SPLIT_TITLES = {"": "held-out", "hard": "hard split"}

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from agon_lightning.errors import CommandParser, UsageError
 from agon_lightning.experiments.archive import archive_path, archive_run, unpack_all
 from agon_lightning.experiments.paper_table import PAPER_VARIANTS, write_paper_table
 from agon_lightning.experiments.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
-from agon_lightning.shipped_configs import local_or_shipped, resolve_config
+from agon_lightning.infra.errors import CommandParser, UsageError
+from agon_lightning.infra.shipped_configs import local_or_shipped, resolve_config
 
 DEFAULT_VARIANTS = (
     "grpo", "grpo_n", "agon", "cooperative", "no_exchange", "fixed_roles", "self_play", "moa_untrained",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from agon_lightning.names import ALPHA, BASE
+from agon_lightning.game.names import ALPHA, BASE
 
 # (variant, reference): each row of the paired-comparison table is variant − reference.
 COMPARISONS = (

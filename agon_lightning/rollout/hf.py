@@ -17,7 +17,7 @@ from torch import Tensor
 
 from agon_lightning.adapters.peft_boundary import base_model, our_name, peft_names
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.rollout import decode_loop as decode
 from agon_lightning.rollout.base import (
     Rollout,

@@ -46,8 +46,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agon_lightning.game.types import Problem
 from agon_lightning.rollout.base import Rollout, RolloutBatch
-from agon_lightning.types import Problem
 
 
 def versions_behind(versions: Tensor | int, current: int) -> Tensor | int:

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from agon_lightning.errors import CommandParser, UsageError
+from agon_lightning.infra.errors import CommandParser, UsageError
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 ADAPTERS = 2  # alpha and beta

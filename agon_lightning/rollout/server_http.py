@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from agon_lightning.errors import one_line
+from agon_lightning.infra.errors import one_line
 
 T = TypeVar("T")
 HTTPX_HINT = "pip install 'httpx>=0.27' (or pip install 'agon-lightning[vllm-server]')"

@@ -17,7 +17,7 @@ from typing import Any
 
 from lightning.pytorch.strategies import FSDPStrategy
 
-from agon_lightning.errors import UsageError
+from agon_lightning.infra.errors import UsageError
 
 from .fsdp2 import FSDP2Strategy
 from .gather import full_tensors, gathered, local, local_grads, whole_parameter

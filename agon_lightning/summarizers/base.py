@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 
 class Summarizer(ABC):

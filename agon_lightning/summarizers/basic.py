@@ -16,10 +16,10 @@ normalises to one of their contents (``114.0``, ``+114``, ``\\frac{228}{2}`` for
 
 from __future__ import annotations
 
+from agon_lightning.game.text import after_thinking
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.hiding import ANSWER_MASK, hide_answers
-from agon_lightning.text import after_thinking
-from agon_lightning.types import Problem
 
 
 class StripTraceSummarizer(Summarizer):

@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 
 from agon_lightning.code.judge import PYTHON_LANGUAGES, code_blocks
+from agon_lightning.game.text import after_thinking
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.hiding import replace_spans
-from agon_lightning.text import after_thinking
-from agon_lightning.types import Problem
 
 REMOVE_CHOICES = ("program", "all_code", "none")
 _FENCE_LINE = re.compile(r"^[ \t]*`{3,}[ \t]*([^\s`]*)[^\n]*$", re.MULTILINE)

@@ -5,7 +5,7 @@ graded wrong and the copy right (the draft left its answer block open, gave two 
 restated the answer as ``114.0``), the copy earns the conversion bonus for nothing. So every
 built-in summarizer follows one rule:
 
-    The draft's answers are its answer spans (:func:`~agon_lightning.text.answer_spans`: every
+    The draft's answers are its answer spans (:func:`~agon_lightning.game.text.answer_spans`: every
     ``<answer>`` block and every ``\\boxed{}``, finished or left open, anywhere in the draft;
     for code, every block of the program). Every span is cut from what the summary shows, and
     every token left that normalises to the content of any of them is masked. A draft with no
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
 
-from agon_lightning.text import after_thinking, answer_spans
+from agon_lightning.game.text import after_thinking, answer_spans
 from agon_lightning.verifiers.exact import normalize_answer
 
 ANSWER_MASK = "?"

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.types import Problem
 
 
 class OtherProblemSummarizer(Summarizer):

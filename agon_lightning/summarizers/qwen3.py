@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 
+from agon_lightning.game.text import THINK_CLOSE, after_thinking
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.hiding import ANSWER_MASK, hide_answers
-from agon_lightning.text import THINK_CLOSE, after_thinking
-from agon_lightning.types import Problem
 
 # ``$…$`` / ``$$…$$`` pairs, left to right (an escaped ``\$`` is no delimiter), and ``\[ \]``, ``\( \)``.
 _DOLLARS = re.compile(r"(?<!\\)\$\$(.*?)(?<!\\)\$\$|(?<!\\)\$(.*?)(?<!\\)\$", re.DOTALL)

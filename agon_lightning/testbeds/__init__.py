@@ -7,6 +7,7 @@ the repository's ``configs/`` (shipped as ``agon:NAME.yaml``). A new domain star
 path and its summarizer registers by entry point.
 
 The floor above the CLI: a testbed may use every part of the package (its analyses run the
-CLI); nothing in the package imports a testbed, except a data module that lists a task's whole
-space (``data.reasoning_gym.SPACES``, a lazy import of a module that imports nothing itself).
+CLI); nothing in the package imports a testbed, except lazily, where a testbed's class is the
+default: a data module that lists a task's whole space (``data.reasoning_gym.SPACES``, a module
+that imports nothing itself) and the SFT data's default examples (``chain_sum.sft``).
 """

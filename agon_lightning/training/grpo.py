@@ -1,7 +1,7 @@
 """GRPO's math as pure functions: advantages, importance weights, the clipped loss.
 
 Kept free of models and trainers so each piece is unit-tested on hand-computed numbers. The
-sampled-token log-probs they start from are :mod:`agon_lightning.logprobs`.
+sampled-token log-probs they start from are :mod:`agon_lightning.infra.logprobs`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 # The sampled-token log-probs live below both the adapters and training; importable from here too.
-from agon_lightning.logprobs import LogitHead, token_logprobs  # noqa: F401
+from agon_lightning.infra.logprobs import LogitHead, token_logprobs  # noqa: F401
 
 Aggregation = Literal["token_mean", "seq_mean", "dr_grpo"]
 AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean", "dr_grpo")

@@ -39,11 +39,12 @@ from agon_lightning.adapters.policy import (
     sample_with,
 )
 from agon_lightning.data.base import ProblemDataModule
-from agon_lightning.pipeline import challenge_prompts, solve_batch
-from agon_lightning.prompts import Prompts
-from agon_lightning.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
+from agon_lightning.game.types import Problem
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.rollout.pipeline import challenge_prompts, solve_batch
 from agon_lightning.rollout.prefetch import DraftSource
 from agon_lightning.strategies import check_strategy, gathered
 from agon_lightning.strategies.gather import of_adapter
@@ -67,7 +68,6 @@ from agon_lightning.training.update import (
     set_advantages,
 )
 from agon_lightning.training.validation import CascadeEvaluator
-from agon_lightning.types import Problem
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
@@ -187,7 +187,7 @@ class AgonModule(L.LightningModule):
         self.gradient_checkpointing = gradient_checkpointing
         self.validate_at_start = validate_at_start
         self.adapter_names = adapters_for(schedule, game)
-        """The adapters this run trains (public), spelled as in :mod:`agon_lightning.names`."""
+        """The adapters this run trains (public), spelled as in :mod:`agon_lightning.game.names`."""
         self.agon_step = 0
         """Game steps taken (public); drives the role schedule, saved in checkpoints."""
         self.max_consecutive_skips = max_consecutive_skips
@@ -519,7 +519,7 @@ class AgonModule(L.LightningModule):
         The deployed policy is the one fixed before training (``deployed``; by default alpha drafts and
         beta answers); a single deployed adapter drafts and the other one answers, as in its bundle.
 
-        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.pipeline.solve_batch`),
+        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.rollout.pipeline.solve_batch`),
         which also offers the other drafter and k samples with a majority vote.
         """
         drafter, answerer = self.evaluator.deployed_drafter, self.evaluator.deployed_answerer

@@ -9,8 +9,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout.base import RolloutBatch
-from agon_lightning.types import Problem, Verdict
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from agon_lightning.names import ADAPTERS, ALPHA, BETA
+from agon_lightning.game.names import ADAPTERS, ALPHA, BETA
 
 Schedule = Literal["rotate", "fixed", "self_play"]
 SCHEDULES: tuple[str, ...] = ("rotate", "fixed", "self_play")

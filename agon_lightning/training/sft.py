@@ -1,7 +1,7 @@
 """Supervised warm-start (SFT): teach a base the completion format and half the task.
 
 RL only has signal where some samples are right, so Agon needs a base that already solves
-part of its problems. This module trains one on worked solutions (:mod:`agon_lightning.traces`)
+part of its problems. This module trains one on worked solutions (:mod:`agon_lightning.testbeds.chain_sum.traces`)
 in exactly the prompts RL will use, for both roles: the drafter's plain problem prompt (which
 is also what the no-exchange ablation's challenger reads), and the challenger's
 problem-plus-rival-summary prompt, where the rival's draft is right, has a slipped step, wrote
@@ -32,12 +32,12 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.policy import resolve_model_path
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
-from agon_lightning.tiny import TinyArchitecture, build_tokenizer
 from agon_lightning.training.sft_data import RIVALS, SFTDataModule, SFTExample  # noqa: F401  (imported from here too)
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
@@ -82,7 +82,7 @@ class SFTModule(L.LightningModule):
     Args:
         model_name_or_path: A local model directory, a Hub name, or ``agon:NAME`` for a shipped
             model, to fine-tune further. ``None`` builds
-            a fresh tiny Qwen3 with the character tokenizer of :mod:`agon_lightning.tiny`.
+            a fresh tiny Qwen3 with the character tokenizer of :mod:`agon_lightning.infra.tiny`.
         architecture: Shape of the fresh model (only when ``model_name_or_path`` is ``None``).
         prompts: Prompt templates; use the RL run's, so SFT prompts are the ones RL sends.
         verifier: Grades held-out completions (default: reasoning-gym's scorer, full credit only).

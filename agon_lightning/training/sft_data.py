@@ -1,15 +1,14 @@
-"""The SFT data: worked solutions as examples in both roles' prompts, and their data module.
+"""The SFT data: a task's worked solutions as examples in both roles' prompts, and their data module.
 
-Each problem becomes one example: the drafter's (the plain problem prompt) or, by a seeded draw,
-the challenger's (the problem plus a rival's summary), where the rival's draft is right, has a
-slipped step, wrote up only part of its work, or was cut off inside its trace — every summary a
-challenger can meet in RL. The target is always the correct worked solution
-(:mod:`agon_lightning.traces`). Held-out problems are evaluated once in each role.
+A task's :class:`SFTExamples` builds them: each problem becomes a drafter's example (the plain
+problem prompt) or a challenger's (the problem plus a rival's summary: right, slipped, partial or
+cut off — every summary a challenger can meet in RL). The default is the arithmetic of the
+chain_sum testbed (:class:`~agon_lightning.testbeds.chain_sum.sft.ArithmeticExamples`); Countdown
+brings its own (:class:`~agon_lightning.testbeds.countdown.sft.CountdownExamples`).
 """
 
 from __future__ import annotations
 
-import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -20,18 +19,11 @@ from torch.utils.data import DataLoader
 from agon_lightning.data.base import ProblemDataset
 from agon_lightning.data.holdout import HashHoldout
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems, training_problems
-from agon_lightning.traces import (
-    corrupted_completion,
-    evaluate,
-    format_completion,
-    problem_expression,
-    target_completion,
-)
+from agon_lightning.game.types import Problem
+from agon_lightning.moved import lazy_names
 from agon_lightning.training.validation import SPLIT
-from agon_lightning.types import Problem
 
 RIVALS = ("right", "slipped", "partial", "empty")
-DEFAULT_RIVAL_MIX = {"right": 0.3, "slipped": 0.4, "partial": 0.15, "empty": 0.15}
 
 
 @dataclass
@@ -55,53 +47,6 @@ class SFTExample:
     def kind(self) -> str:
         """``draft`` or ``challenge_<rival>`` (the metric group)."""
         return "draft" if self.rival_draft is None else f"challenge_{self.rival}"
-
-
-def rival_draft(problem: Problem, rival: str, rng: random.Random) -> str:
-    """A rival's draft of ``problem`` of the given kind (see :data:`RIVALS`).
-
-    ``partial`` writes up only its first intermediate result; ``empty`` is the correct draft cut
-    off inside its trace, which has no summary to show.
-    """
-    if rival == "right":
-        return target_completion(problem)
-    if rival == "slipped":
-        return corrupted_completion(problem, rng)
-    if rival == "partial":
-        steps, value = evaluate(problem_expression(problem))
-        return format_completion(steps, str(value), summary_steps=1)
-    if rival == "empty":
-        target = target_completion(problem)
-        return target[: rng.randint(len("<think>"), target.index("</think>"))]
-    raise ValueError(f"unknown rival kind {rival!r}; expected one of {RIVALS}")
-
-
-def build_examples(
-    problems: list[Problem], challenge_fraction: float, rival_mix: dict[str, float], seed: int
-) -> list[SFTExample]:
-    """One example per problem; a seeded draw makes it a challenger example, with a rival drawn from ``rival_mix``."""
-    rng = random.Random(seed)
-    kinds, weights = list(rival_mix), list(rival_mix.values())
-    examples = []
-    for problem in problems:
-        target = target_completion(problem)
-        if rng.random() >= challenge_fraction:
-            examples.append(SFTExample(problem, target))
-            continue
-        rival = rng.choices(kinds, weights)[0]
-        examples.append(SFTExample(problem, target, rival_draft(problem, rival, rng), rival))
-    return examples
-
-
-def eval_examples(problems: list[Problem], seed: int) -> list[SFTExample]:
-    """Every problem once as a drafter, once as a challenger (the rival kinds in turn)."""
-    rng = random.Random(seed)
-    drafts = [SFTExample(p, target_completion(p)) for p in problems]
-    challenges = []
-    for i, d in enumerate(drafts):
-        rival = RIVALS[i % len(RIVALS)]
-        challenges.append(SFTExample(d.problem, d.target, rival_draft(d.problem, rival, rng), rival))
-    return drafts + challenges
 
 
 class SFTExamples(ABC):
@@ -129,14 +74,13 @@ class SFTDataModule(ReasoningGymDataModule):
     chosen apart from RL's, and held-out questions are dropped from training.
 
     Args:
-        challenge_fraction: Share of training examples in the challenger's prompt format
-            (``None``: 0.5); for the built-in arithmetic examples only.
-        rival_mix: Rival kind (``right``, ``slipped``, ``partial``, ``empty``) → share of the
-            challenger examples; for the built-in arithmetic examples only.
-        examples: Another task's example builder (e.g.
+        challenge_fraction: For the default examples only (``None``: 0.5): see
+            :class:`~agon_lightning.testbeds.chain_sum.sft.ArithmeticExamples`.
+        rival_mix: For the default examples only: see ``ArithmeticExamples``.
+        examples: The task's example builder (e.g.
             :class:`~agon_lightning.testbeds.countdown.sft.CountdownExamples`), which carries its
-            own proportions; ``None``: the arithmetic worked solutions of
-            :mod:`agon_lightning.traces`.
+            own proportions; ``None``: the chain_sum testbed's ``ArithmeticExamples`` with
+            ``challenge_fraction`` and ``rival_mix``.
         train_tasks: Tasks the training problems come from (``None``: ``tasks``), e.g. more
             sizes than the held-out set; every held-out question (main and hard) is dropped.
         holdout: The held-out part of the space: no training problem is ever drawn from it (main
@@ -177,17 +121,14 @@ class SFTDataModule(ReasoningGymDataModule):
                 f"challenge_fraction ({challenge_fraction}) and rival_mix ({rival_mix}) shape the "
                 f"arithmetic examples; {type(examples).__name__} carries its own proportions"
             )
-        challenge_fraction = 0.5 if challenge_fraction is None else challenge_fraction
-        if not 0.0 <= challenge_fraction <= 1.0:
-            raise ValueError(f"challenge_fraction must be in [0, 1], got {challenge_fraction}")
-        rival_mix = dict(DEFAULT_RIVAL_MIX if rival_mix is None else rival_mix)
-        unknown = sorted(set(rival_mix) - set(RIVALS))
-        if unknown or any(w < 0 for w in rival_mix.values()) or sum(rival_mix.values()) <= 0:
-            raise ValueError(
-                f"rival_mix must map some of {RIVALS} to non-negative shares with a positive sum, got {rival_mix}"
+        if examples is None:
+            # The default is a testbed's: imported here, when it is used, since a testbed sits
+            # above the training floor (it builds on SFTExamples).
+            from agon_lightning.testbeds.chain_sum.sft import ArithmeticExamples
+
+            examples = ArithmeticExamples(
+                0.5 if challenge_fraction is None else challenge_fraction, rival_mix
             )
-        self.challenge_fraction = challenge_fraction
-        self.rival_mix = rival_mix
         self.examples = examples
         self.train_tasks = train_tasks
 
@@ -205,12 +146,8 @@ class SFTDataModule(ReasoningGymDataModule):
         return [p for p in problems if p.question not in held_out]
 
     def train_dataloader(self) -> DataLoader:
-        if self.examples is not None:
-            examples = self.examples.build(self.train_problems, self.seed)
-        else:
-            examples = build_examples(self.train_problems, self.challenge_fraction, self.rival_mix, self.seed)
         return DataLoader(
-            ProblemDataset(examples),  # type: ignore[arg-type]  # a list dataset of any item
+            ProblemDataset(self.examples.build(self.train_problems, self.seed)),  # type: ignore[arg-type]  # a list dataset of any item
             batch_size=self.batch_size,
             shuffle=True,
             generator=torch.Generator().manual_seed(self.seed),
@@ -221,10 +158,20 @@ class SFTDataModule(ReasoningGymDataModule):
 
     def val_dataloader(self) -> DataLoader:
         main = [p for p in self.val_problems if p.metadata.get(SPLIT) != "hard"]
-        held_out = (self.examples.evaluate if self.examples is not None else eval_examples)(main, self.seed)
+        held_out = self.examples.evaluate(main, self.seed)
         return DataLoader(
             ProblemDataset(held_out),  # type: ignore[arg-type]
             batch_size=self.val_batch_size,
             collate_fn=_collate,
             num_workers=self.num_workers,
         )
+
+
+# Names this module defined before the arithmetic examples moved to their testbed's folder.
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        name: "agon_lightning.testbeds.chain_sum.sft"
+        for name in ("DEFAULT_RIVAL_MIX", "rival_draft", "build_examples", "eval_examples")
+    },  # fmt: skip
+)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from agon_lightning.names import ALPHA
+from agon_lightning.game.names import ALPHA
+from agon_lightning.game.types import Verdict
 from agon_lightning.training.records import StepRecord
-from agon_lightning.types import Verdict
 
 
 def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from agon_lightning.adapters.policy import completion_hidden_states, output_weight, using
 from agon_lightning.adapters.shared_prompt import sample_groups
-from agon_lightning.logprobs import LogitHead, token_logprobs
+from agon_lightning.infra.logprobs import LogitHead, token_logprobs
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.strategies import local_grads
 from agon_lightning.training.grpo import (

@@ -43,10 +43,10 @@ import torch
 from torch import nn
 from torchmetrics import CatMetric, MeanMetric
 
-from agon_lightning.names import ALPHA, BASE, BETA
-from agon_lightning.pipeline import MixedPlayer, challenge_prompts
+from agon_lightning.game.names import ALPHA, BASE, BETA
+from agon_lightning.game.types import SPLIT, Problem  # SPLIT: also read from here
 from agon_lightning.rollout.base import RolloutBatch
-from agon_lightning.types import SPLIT, Problem  # SPLIT: also read from here
+from agon_lightning.rollout.pipeline import MixedPlayer, challenge_prompts
 
 ADAPTER_KEY = {ALPHA: "a", BETA: "b"}
 OVERLAP = "overlap"

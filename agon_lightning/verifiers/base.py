@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.types import Problem, Verdict
 
 
 class Verifier(ABC):

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agon_lightning.code.judge import BLOCK_CHOICES, PYTHON_LANGUAGES, extract_program, outputs_match
 from agon_lightning.code.sandbox import Sandbox, SandboxConfig
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 REASONS = (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agon_lightning.text import extract_answer
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 

@@ -8,7 +8,7 @@ way the answer goes to math-verify wrapped in ``\\boxed{}``.
 
 Why worker processes: math-verify bounds its own work with ``SIGALRM``, which works only in
 the main thread of the main interpreter, not wherever a trainer happens to call a verifier.
-So each check runs in a :class:`~agon_lightning.workers.BoundedPool` worker with math-verify's
+So each check runs in a :class:`~agon_lightning.infra.workers.BoundedPool` worker with math-verify's
 timeouts switched off; past ``timeout_s`` that worker is killed and replaced and the answer is
 ruled wrong with reason ``"timeout"``. A batch is checked by all workers in parallel.
 
@@ -25,10 +25,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agon_lightning.text import THINK_CLOSE, after_thinking, answer_tag_span, last_boxed_span
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.text import THINK_CLOSE, after_thinking, answer_tag_span, last_boxed_span
+from agon_lightning.game.types import Problem, Verdict
+from agon_lightning.infra.workers import BoundedPool
 from agon_lightning.verifiers.base import Verifier
-from agon_lightning.workers import BoundedPool
 
 log = logging.getLogger(__name__)
 

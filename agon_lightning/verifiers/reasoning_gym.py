@@ -9,8 +9,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from agon_lightning.text import extract_answer
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 

@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agon_lightning.types import Problem, Verdict
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ Nothing here is committed as a page: at every ``mkdocs build`` the hook reads
 * every config option's type, default and comment from the signatures and Google docstrings
   of :class:`~agon_lightning.training.module.AgonModule`, its option dataclasses, the data
   modules, the callbacks and every registered component;
-* every entry-point group of ``agon_lightning.registry.GROUPS`` and what is registered in it;
+* every entry-point group of ``agon_lightning.cli.registry.GROUPS`` and what is registered in it;
 * ``agon_lightning.__all__`` for the API page (rendered by mkdocstrings from the docstrings);
 * ``benchmarks/results/`` and ``benchmarks/README.md`` for the Results pages (plots copied in).
 
@@ -241,14 +241,14 @@ def config_page() -> str:
 
 
 def components_page() -> str:
-    from agon_lightning.registry import GROUPS, load_plugins
+    from agon_lightning.cli.registry import GROUPS, load_plugins
 
     plugins = load_plugins()
     lines = [
         "# Components",
         "",
         "Every component registered in this installation, per entry-point group, generated at build",
-        "time (`agon_lightning.registry`); a plugin package installed beside it shows here too. Choose",
+        "time (`agon_lightning.cli.registry`); a plugin package installed beside it shows here too. Choose",
         "one by entry-point name, class name or class path (`--model.verifier=exact_match`,",
         "`--model.verifier=ExactMatchVerifier`); [A new domain](../tutorials/new-domain.md) registers one.",
         "",

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import torch
 
-from agon_lightning.names import BASE
+from agon_lightning.game.names import BASE
+from agon_lightning.game.text import thinking_part
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.hiding import arithmetic_pieces
 from agon_lightning.testbeds.countdown.sft import CountdownExamples
 from agon_lightning.testbeds.countdown.summarizer import countdown_numbers
@@ -36,9 +38,7 @@ from agon_lightning.testbeds.countdown.task import (
     parse_claims,
     parse_verdicts,
 )
-from agon_lightning.text import thinking_part
 from agon_lightning.training.validation import SPLIT
-from agon_lightning.types import Problem
 
 OUT = Path("preconditions.json")  # in the working directory unless --out names another
 RIVAL_KINDS = ("right", "slipped", "partial")

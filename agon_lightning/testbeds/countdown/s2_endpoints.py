@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from agon_lightning.experiments.stats import crossed_t, holm
-from agon_lightning.names import ALPHA
+from agon_lightning.game.names import ALPHA
 
 ALPHA_LEVEL = 0.05
 #: Registered seeds per row (part 2); an untrained row is one greedy evaluation, the same for every seed.
@@ -162,7 +162,7 @@ def unpacked_runs(sweep: Path, scratch: Path) -> dict[tuple[str, int], Path]:
 def rewrite_tables(sweep: Path, runs: dict[tuple[str, int], Path], experiments_dir: Path | None) -> None:
     """The sweep's results.md, results.csv and plots, from the archive (``agon sweep --from-archive``)."""
     from agon_lightning.experiments.sweep import plan, report_from_archive
-    from agon_lightning.shipped_configs import local_or_shipped
+    from agon_lightning.infra.shipped_configs import local_or_shipped
 
     variants = sorted({v for v, _ in runs}) + (
         ["grpo_self_cascade"] if any(v == "grpo" for v, _ in runs) else []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from agon_lightning.game.types import Problem
 from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer, countdown_numbers
 from agon_lightning.testbeds.countdown.task import (
     ORDERINGS,
@@ -38,7 +39,6 @@ from agon_lightning.testbeds.countdown.task import (
     summarize_search,
 )
 from agon_lightning.training.sft_data import RIVALS, SFTExample, SFTExamples
-from agon_lightning.types import Problem
 
 DEFAULT_RIVAL_MIX = {"right": 0.25, "slipped": 0.35, "partial": 0.25, "empty": 0.15}
 DEFAULT_ORDERINGS = {"random": 0.4, "closest": 0.4, "largest": 0.2}

@@ -11,9 +11,9 @@ of its own to do.
 
 from __future__ import annotations
 
+from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.summarizers.hiding import mask_full_uses
-from agon_lightning.types import Problem
 
 
 def countdown_numbers(problem: Problem) -> list[int]:

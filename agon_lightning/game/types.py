@@ -103,7 +103,7 @@ class Verdict:
             reward functions (``None``: the function does not apply to this completion).
         reward: Their weighted sum over the functions that apply (TRL's reward); ``None`` when
             none applies or the verifier has no graded reward. A graded reward component
-            (:class:`~agon_lightning.rewards.GradedReward`) pays it in place of ``correct``.
+            (:class:`~agon_lightning.game.rewards.GradedReward`) pays it in place of ``correct``.
     """
 
     correct: bool

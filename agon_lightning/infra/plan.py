@@ -215,7 +215,7 @@ def _merged_yaml(paths: list[str]) -> dict[str, Any]:
 def model_shape(source: str) -> Shape:
     """The shape of ``source``: a published Qwen3 shape by name (``qwen3-0.6b``, ``Qwen/Qwen3-0.6B``), else
     ``AutoConfig`` from a directory, ``agon:NAME`` or a Hub id (the config file only, no weights)."""
-    from agon_lightning.shapes import QWEN3, qwen3_config
+    from agon_lightning.infra.shapes import QWEN3, qwen3_config
 
     name = source.rsplit("/", 1)[-1].lower()
     if name in QWEN3:

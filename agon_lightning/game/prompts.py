@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agon_lightning.types import Problem, last_user_content
+from agon_lightning.game.types import Problem, last_user_content
 
 DEFAULT_CHALLENGE = (
     "{question}\n\nAnother solver's summary of its attempt:\n{summary}\n\n"

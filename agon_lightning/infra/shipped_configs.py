@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from agon_lightning.errors import UsageError
-from agon_lightning.names import (
+from agon_lightning.game.names import (
     SHIPPED as PREFIX,  # a config, or a model (adapters.policy.resolve_model_path)
 )
+from agon_lightning.infra.errors import UsageError
 
 CONFIG_OPTIONS = ("-c", "--config")
 LOCAL_DIR = Path("configs")

@@ -1,7 +1,7 @@
 """Rewards: turn each role's verdicts (and lengths, and texts) into its scalar reward.
 
 The paper's reward, every weight an option (c ∈ {0, 1} is final-answer correctness, φ ∈ [0, 1]
-a :class:`~agon_lightning.formats.FormatCheck`, ``a_i`` the draft that challenge ``b_i`` was
+a :class:`~agon_lightning.game.formats.FormatCheck`, ``a_i`` the draft that challenge ``b_i`` was
 paired with):
 
 - drafter: ``w_c·c(a) + w_f·φ(a)`` — plain GRPO on correctness and format;
@@ -31,7 +31,7 @@ import torch
 from jsonargparse import lazy_instance
 from torch import Tensor
 
-from agon_lightning.formats import FormatCheck, ThinkAnswerFormat
+from agon_lightning.game.formats import FormatCheck, ThinkAnswerFormat
 
 FORMS = ("bonus", "margin")
 
@@ -207,7 +207,7 @@ class CompetitiveReward(Reward):
         if format is None and format_weight > 0:
             raise ValueError(
                 f"format_weight={format_weight} pays a format check, but format is null; "
-                "give format (e.g. agon_lightning.formats.ThinkAnswerFormat) or set format_weight: 0"
+                "give format (e.g. agon_lightning.game.formats.ThinkAnswerFormat) or set format_weight: 0"
             )
         self.correctness_weight = correctness_weight
         self.conversion_bonus = conversion_bonus

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from agon_lightning.prompts import Prompts
+from agon_lightning.game.prompts import Prompts
+from agon_lightning.game.text import extract_answer
+from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.text import extract_answer
-from agon_lightning.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import normalize_answer
 

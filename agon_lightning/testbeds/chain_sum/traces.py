@@ -21,7 +21,7 @@ import ast
 import random
 from dataclasses import dataclass
 
-from agon_lightning.types import Problem
+from agon_lightning.game.types import Problem
 
 # reasoning-gym tasks whose entries carry an integer ``expression`` in their metadata.
 ARITHMETIC_TASKS = ("basic_arithmetic", "chain_sum")

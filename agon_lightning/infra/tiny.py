@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast, Qwen3Config
 
-TINY_MODEL_DIR = Path(__file__).parent / "assets" / "tiny-qwen3"
+TINY_MODEL_DIR = Path(__file__).parents[1] / "assets" / "tiny-qwen3"
 
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"

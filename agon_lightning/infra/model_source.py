@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agon_lightning.errors import UsageError
-from agon_lightning.names import SHIPPED as SHIPPED_PREFIX  # agon:NAME, shipped in the package
+from agon_lightning.game.names import SHIPPED as SHIPPED_PREFIX  # agon:NAME, shipped in the package
+from agon_lightning.infra.errors import UsageError
 
 HUB_TIMEOUT_S = 10.0
 
