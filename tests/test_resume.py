@@ -171,14 +171,17 @@ def straight(tiny_model_dir, tmp_path_factory):
         proc.communicate()
 
 
-def assert_resumes_exactly(model_dir: Path, root: Path, straight_dir: Path, steps_done: int) -> None:
-    """``--ckpt_path last`` in ``root`` logs what the straight run logged after ``steps_done`` steps."""
+def assert_resumes_exactly(
+    model_dir: Path, root: Path, straight_dir: Path, steps_done: int, extra: tuple[str, ...] = ()
+) -> None:
+    """``--ckpt_path last`` in ``root`` (with the runs' ``extra`` arguments) logs what the straight run
+    logged after ``steps_done`` steps."""
     last = root / "checkpoints" / "last.ckpt"
     state = torch.load(last, map_location="cpu", weights_only=False)
     assert state["global_step"] == steps_done and state["agon"]["step"] == steps_done
     assert not list(last.parent.glob(".*")), "a partial checkpoint was left behind"
 
-    code_r, out_r = finish(agon_fit(model_dir, root, "--ckpt_path", "last"))
+    code_r, out_r = finish(agon_fit(model_dir, root, *extra, "--ckpt_path", "last"))
     assert code_r == 0, out_r
     assert "not resumable" not in out_r
 

@@ -32,6 +32,7 @@ from agon_lightning.adapters.shared_prompt import (
     shared_prefixes,
     shares_prompts,
 )
+from agon_lightning.adapters.snapshots import adapter_state, load_into, slot_of
 from agon_lightning.game.names import BETA
 from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.infra.logprobs import LogitHead
@@ -104,8 +105,16 @@ def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Modu
     return model, tokenizer
 
 
-def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) -> nn.Module:
-    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name (LoRA layers on the fused forward)."""
+def attach_adapters(
+    base: nn.Module, names: tuple[str, ...], opts: LoraOptions, slots_for: tuple[str, ...] = ()
+) -> nn.Module:
+    """Wrap ``base`` in a PeftModel holding one LoRA adapter per name (LoRA layers on the fused forward).
+
+    ``slots_for``: adapters that also get a frozen snapshot slot of their shape
+    (:func:`~agon_lightning.adapters.snapshots.slot_of`), attached after them without drawing
+    from the global random stream, so the trained adapters and the run's sampling are the same
+    with or without slots.
+    """
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if opts.init_from:
@@ -120,6 +129,7 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
         )
         for name in names[1:]:
             model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
+        add_slots(model, slots_for)
         install(model)
         peft.check_peft(model)
         return model
@@ -139,9 +149,22 @@ def attach_adapters(base: nn.Module, names: tuple[str, ...], opts: LoraOptions) 
             if f".lora_B.{BETA}." in pname:
                 noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
                 param.data.copy_(noise.to(param.dtype))
+    add_slots(model, slots_for)
     install(model)
     peft.check_peft(model)  # the PEFT internals the adapters are switched and fused through
     return model
+
+
+def add_slots(model: nn.Module, adapters: tuple[str, ...]) -> None:
+    """A frozen snapshot slot beside each of ``adapters``, of its configuration (its weights: a copy of it)."""
+    for adapter in adapters:
+        slot = slot_of(adapter)
+        with torch.random.fork_rng(devices=[]):  # the slot's initial draw is overwritten below
+            model.add_adapter(slot, model.peft_config[adapter])
+        load_into(model, slot, adapter_state(model, adapter))
+        for name, param in model.named_parameters():
+            if of_adapter(name, slot):
+                param.requires_grad_(False)
 
 
 def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:

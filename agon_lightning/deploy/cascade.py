@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from agon_lightning.adapters.policy import sample_with
+from agon_lightning.adapters.snapshots import policies_of
 from agon_lightning.data.files import row_to_problem
 from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
 from agon_lightning.game.prompts import Prompts
@@ -149,7 +150,7 @@ class Cascade:
     ) -> None:
         self.policy = policy
         self.tokenizer = tokenizer
-        self.adapters = tuple(policy.peft_config)
+        self.adapters = tuple(policies_of(policy))  # a snapshot slot is no policy to deploy
         self.rollout = rollout
         self.verifier = verifier
         self.summarizer = summarizer

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from agon_lightning.adapters.snapshots import policies_of
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
@@ -199,7 +200,7 @@ class VLLMServerRollout(Rollout):
         """Push every stale adapter (all ranks call this; rank 0 talks to the servers)."""
         if self._model_ref is None or self._model_ref() is not model:
             self._model_ref = weakref.ref(model)
-            self._stale = set(model.peft_config)
+            self._stale = set(policies_of(model))  # snapshot slots stay in the trainer
         if not self._stale:
             return
         names = sorted(self._stale)

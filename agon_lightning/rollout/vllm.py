@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from agon_lightning.adapters.peft_boundary import base_model
+from agon_lightning.adapters.snapshots import policies_of
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
@@ -241,7 +242,7 @@ class VLLMRollout(Rollout):
         dtype = self.dtype
         if dtype == "auto":  # the trained model's, so the engine samples the policy being trained
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        ranks = [cfg.r for cfg in model.peft_config.values()]
+        ranks = [model.peft_config[name].r for name in policies_of(model)]
         kwargs: dict[str, Any] = dict(
             model=path, tokenizer=path, dtype=dtype, seed=self.seed, enable_lora=True,
             max_loras=max(2, len(ranks)), max_lora_rank=lora_rank_bound(ranks),
@@ -277,7 +278,7 @@ class VLLMRollout(Rollout):
             )
         if self._model_ref is None or self._model_ref() is not model:
             self._model_ref = weakref.ref(model)
-            self._stale = set(model.peft_config)
+            self._stale = set(policies_of(model))  # snapshot slots stay in the trainer
         if self._stale:
             self._push(model, sorted(self._stale))
         return self._llm

@@ -74,6 +74,26 @@ def check_strategy(strategy: Any) -> None:
         )
 
 
+def check_snapshot_strategy(strategy: Any) -> None:
+    """Refuse a sharding strategy where adapter snapshots are copied whole into a slot (the ``self`` KL reference).
+
+    Raises:
+        UsageError: FSDP2 or DeepSpeed: each process holds a shard of every adapter, and snapshots
+            of shards are not implemented.
+    """
+    from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
+
+    plain = isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(
+        strategy, DeepSpeedStrategy
+    )
+    if not plain:
+        raise UsageError(
+            f"model.kl's 'self' reference keeps whole copies of each adapter, which {type(strategy).__name__} "
+            "shards; use one device or DDP (the adapters are small: DDP holds them whole), or the references "
+            "'base' or 'rival'"
+        )
+
+
 def check_strategy_option(value: Any) -> None:
     """Refuse a removed or wrong strategy as the command line or a config names it, before anything loads.
 

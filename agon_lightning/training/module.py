@@ -38,6 +38,7 @@ from agon_lightning.adapters.policy import (
     logit_head,
     sample_with,
 )
+from agon_lightning.adapters.snapshots import check_adapter_state
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
@@ -50,6 +51,7 @@ from agon_lightning.strategies import check_strategy, gathered
 from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
+from agon_lightning.training.anchor import KLAnchors, RoleAnchors
 from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.options import GRPOOptions
 from agon_lightning.training.records import RoleRollout, StepRecord, correct_of, graded_of, rows_of
@@ -92,6 +94,9 @@ class AgonModule(L.LightningModule):
             draft; see :func:`agon_lightning.training.schedule.opponent_rows`).
         lora: Adapter settings.
         grpo: Policy-gradient settings.
+        kl: Each role's KL anchor (:mod:`agon_lightning.training.anchor`): its reference (the
+            base, its own adapter ``age`` updates ago, or the rival's adapter now) and its β;
+            ``None``: ``grpo.kl_beta`` toward the base for both roles.
         rollout: Sampling backend and settings.
         verifier: Judges completions.
         summarizer: What of a draft the challenger reads.
@@ -123,6 +128,7 @@ class AgonModule(L.LightningModule):
         pairing: Literal["per_rollout", "shared"] = "per_rollout",
         lora: LoraOptions = LoraOptions(),
         grpo: GRPOOptions = GRPOOptions(),
+        kl: KLAnchors | None = None,
         rollout: Rollout = lazy_instance(HFRollout),
         verifier: Verifier = lazy_instance(ExactMatchVerifier),
         summarizer: Summarizer = lazy_instance(StripTraceSummarizer),
@@ -159,6 +165,8 @@ class AgonModule(L.LightningModule):
                 f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
                 "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
             )
+        self.anchors = RoleAnchors(kl, grpo.kl_beta, game, schedule)
+        """Each role's KL anchor at work (public): its reference each step, the past weights it reads."""
         self.drafts = DraftSource(rollout, corrected=grpo.tis_cap is not None)
         """Where each step's drafts come from (public): sampled in the step, or ahead of it."""
         self.save_hyperparameters(
@@ -211,7 +219,9 @@ class AgonModule(L.LightningModule):
         if self.policy is not None:
             return
         base, self.tokenizer = load_base(self.model_name_or_path, self.dtype_name)
-        self.policy = attach_adapters(base, self.adapter_names, self.lora)
+        self.policy = attach_adapters(
+            base, self.adapter_names, self.lora, self.anchors.slots_for(self.adapter_names)
+        )
         if self.gradient_checkpointing:
             enable_checkpointing(self.policy)
         self._bind_adapters()
@@ -233,6 +243,7 @@ class AgonModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
+        self.anchors.check_strategy(self.trainer.strategy)
         self._check_problems(stage)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
@@ -393,6 +404,7 @@ class AgonModule(L.LightningModule):
             )
             for r in roles
         ]  # fmt: skip
+        references = self.anchors.references(self.policy, roles, self.policy_version)
         if self.grpo.num_iterations > 1:  # the sampling policy's log-probs, before any update
             sampling_logprobs(self, roles, mb)  # in micro-batches too: micro_batch_size bounds every forward
         stats_sum: dict[str, float] = {}
@@ -403,7 +415,7 @@ class AgonModule(L.LightningModule):
                 rows = slice(start, start + mb)
                 loss = torch.zeros((), device=self.device)
                 for i, (r, norm) in enumerate(zip(roles, norms)):
-                    loss_i, stats = role_loss(self, r, rows, norm)
+                    loss_i, stats = role_loss(self, r, rows, norm, references[i])
                     loss = loss + loss_i
                     value = float(loss_i.detach())
                     finite[i] = finite[i] and math.isfinite(value)
@@ -427,6 +439,7 @@ class AgonModule(L.LightningModule):
                 scheduler.step()
         self.skips_in_a_row = 0
         self.policy_version += 1
+        self.anchors.updated(self.policy, self.adapter_names, self.policy_version)
         return stats_sum
 
     def _skip(self, bad: list[str]) -> None:
@@ -548,6 +561,7 @@ class AgonModule(L.LightningModule):
             # Drafts sampled ahead are not saved: a resumed run samples its first step again.
             "policy_version": self.policy_version,
             "dropped_samples": self.dropped_samples,
+            "anchors": self.anchors.state_dict(),  # the 'self' references' past weights, if any
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -563,31 +577,4 @@ class AgonModule(L.LightningModule):
         self.skips_in_a_row = int(state.get("skips_in_a_row", 0))
         self.policy_version = int(state.get("policy_version", self.agon_step - self.skipped_steps))
         self.drafts.dropped = int(state.get("dropped_samples", 0))
-
-
-def check_adapter_state(expected: dict[str, list[str]], state: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Raise unless ``state`` holds every tensor of every adapter in ``expected`` (and no other adapter).
-
-    Checkpoints hold only the adapters and load with ``strict=False`` (the frozen base is not in
-    them), so without this check a checkpoint missing an adapter would restore as nothing.
-    """
-    problems = []
-    for name, keys in expected.items():
-        missing = [k for k in keys if k not in state]
-        if missing:
-            problems.append(
-                f"adapter {name!r}: {len(missing)} of {len(keys)} tensors missing (e.g. {missing[0]})"
-            )
-    known = {k for keys in expected.values() for k in keys}
-    extra = sorted({k for k in state if k not in known})
-    if extra:
-        problems.append(f"{len(extra)} tensors of adapters this run does not have (e.g. {extra[0]})")
-    if problems:
-        saved = meta.get("adapters")
-        raise ValueError(
-            "the checkpoint does not match this run's adapters "
-            f"{sorted(expected)}"
-            + (f" (it was saved with {saved})" if saved else "")
-            + ": "
-            + "; ".join(problems)
-        )
+        self.anchors.load_state_dict(state.get("anchors"))

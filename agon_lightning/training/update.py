@@ -65,17 +65,26 @@ def loss_mask(rb: RolloutBatch, mask_truncated: bool) -> Tensor:
 
 
 def role_loss(
-    learner: Learner, role: RoleRollout, rows: slice, norm: LossNormalizer
+    learner: Learner,
+    role: RoleRollout,
+    rows: slice,
+    norm: LossNormalizer,
+    reference: tuple[str | None, float] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """One role's clipped surrogate (with KL and truncated importance weights as configured) on ``rows``, and its stats."""
+    """One role's clipped surrogate (with KL and truncated importance weights as configured) on ``rows``, and its stats.
+
+    ``reference``: the role's KL term, ``(adapter, β)`` (adapter ``None``: the base; see
+    :mod:`agon_lightning.training.anchor`); ``None``: ``grpo.kl_beta`` toward the base.
+    """
     grpo = learner.grpo
+    ref_adapter, beta = (None, grpo.kl_beta) if reference is None else reference
     rb = role.rollouts.select(rows)
     logp, entropy = policy_logprobs(learner, role.adapter, role.rollouts, rows)
     old = logp.detach() if role.old_logp is None else role.old_logp[rows]
     ref = None
-    if grpo.kl_beta > 0:
+    if beta > 0:
         with torch.no_grad():
-            ref, _ = policy_logprobs(learner, None, role.rollouts, rows)
+            ref, _ = policy_logprobs(learner, ref_adapter, role.rollouts, rows)
     mask = loss_mask(rb, grpo.mask_truncated)
     weights = None
     if grpo.tis_cap is not None:
@@ -87,7 +96,7 @@ def role_loss(
         weights = sampler_correction(old, rb.logprobs.to(old.device), grpo.tis_cap)
     loss, stats = clipped_policy_loss(
         logp, old, role.advantages[rows].to(logp.device), mask, norm, grpo.epsilon_low,
-        grpo.epsilon_high, grpo.loss_aggregation, ref, grpo.kl_beta, weights,
+        grpo.epsilon_high, grpo.loss_aggregation, ref, beta, weights,
     )  # fmt: skip
     if weights is not None:  # how much the truncated importance weights had to correct
         stats["tis_clip_fraction"] = tis_clip_fraction(old, rb.logprobs.to(old.device), grpo.tis_cap, mask)
