@@ -91,14 +91,17 @@ def test_each_reference_gives_the_hand_computed_kl(tiny_model_dir, problem, refe
     anchors = KLAnchors(drafter=KLAnchor(reference, beta, age=1), challenger=KLAnchor(reference, beta, age=1))
     module = make_module(tiny_model_dir, kl=anchors)
     before = {a: adapter_weights(module, a) for a in module.adapter_names}
-    module.anchors.updated(module.policy, module.adapter_names, 0)  # version 0: the initial weights
+    if module.adapter_history is not None:  # a 'self' reference: version 0 kept, the initial weights
+        module.adapter_history.keep(module.policy, module.adapter_names, 0)
     for seed, a in enumerate(module.adapter_names):  # an "update": both adapters move
         nudge(module, a, seed)
     module.policy_version = 1
     record = module.play(problem)
     roles = record.roles
     set_advantages(roles, module.grpo)
-    references = module.anchors.references(module.policy, roles, module.policy_version)
+    references = module.anchors.references(
+        module.policy, roles, module.policy_version, module.adapter_history
+    )
 
     for role, (ref_adapter, got_beta) in zip(roles, references):
         rival = next(r.adapter for r in roles if r.adapter != role.adapter)
@@ -121,7 +124,7 @@ def test_each_reference_gives_the_hand_computed_kl(tiny_model_dir, problem, refe
 def test_without_model_kl_both_roles_pull_toward_the_base_with_grpo_kl_beta(tiny_model_dir):
     module = make_module(tiny_model_dir, grpo=GRPOOptions(num_generations=N, kl_beta=0.05))
     assert module.anchors.kl == KLAnchors(KLAnchor("base", 0.05), KLAnchor("base", 0.05))
-    assert module.anchors.history is None and policies_of(module.policy) == [ALPHA, BETA]
+    assert module.adapter_history is None and policies_of(module.policy) == [ALPHA, BETA]
 
 
 def test_a_self_reference_adds_frozen_slots_and_changes_nothing_else(tiny_model_dir):
@@ -139,7 +142,7 @@ def test_a_self_reference_adds_frozen_slots_and_changes_nothing_else(tiny_model_
     assert policies_of(anchored.policy) == [ALPHA, BETA]  # what a sampling server is given
     slot_params = {id(p) for n, p in anchored.policy.named_parameters() if "_ref." in n}
     assert slot_params and not slot_params & {id(p) for p in anchored.trainable}
-    assert anchored.adapter_names == (ALPHA, BETA) and anchored.anchors.history.depth == 2
+    assert anchored.adapter_names == (ALPHA, BETA) and anchored.adapter_history.depth == 2
 
 
 def test_the_history_keeps_what_the_ages_read_and_starts_from_the_initial_weights(tiny_model_dir):
@@ -211,15 +214,16 @@ def test_a_fit_with_anchors_logs_a_kl_and_resumes_exactly(tiny_model_dir, tmp_pa
     state = torch.load(
         tmp_path / "killed" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
     )
-    assert sorted(state["agon"]["anchors"]["states"][ALPHA]) == [2, 3, 4]  # the past weights travel with it
+    # the past weights travel with it: versions 1-3, kept as steps 1-3 began (version 4, the current
+    # weights, is the checkpoint's own state; the next step keeps it)
+    assert sorted(state["agon"]["adapter_history"]["states"][ALPHA]) == [1, 2, 3]
     assert_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight_anchored, 4, tuple(ANCHORS))
 
 
 def test_resuming_a_self_reference_from_a_checkpoint_without_past_weights_is_refused():
-    from agon_lightning.training.anchor import RoleAnchors
+    from agon_lightning.training.league import LeaguePlay, load_past
 
-    anchors = RoleAnchors(KLAnchors(drafter=KLAnchor("self", 0.1, age=2)), 0.0, "agon", "rotate")
-    with pytest.raises(ValueError, match="the checkpoint holds no past adapter weights"):
-        anchors.load_state_dict(None)
-    with pytest.warns(UserWarning, match="its past adapter weights are not used"):
-        RoleAnchors(None, 0.0, "agon", "rotate").load_state_dict({"depth": 2, "states": {}})
+    with pytest.raises(ValueError, match="the checkpoint holds none"):
+        load_past(AdapterHistory(2), LeaguePlay(None, "agon"), {"step": 4})
+    with pytest.warns(UserWarning, match="they are not used"):
+        load_past(None, LeaguePlay(None, "agon"), {"adapter_history": {"depth": 2, "states": {}}})

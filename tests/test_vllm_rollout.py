@@ -29,6 +29,7 @@ from agon_lightning.game.rewards import RoleRewards
 from agon_lightning.rollout import vllm as vllm_rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.vllm import VLLMRollout
+from agon_lightning.training.league import League
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.training.update import policy_logprobs
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
@@ -255,6 +256,36 @@ def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):
     evaluated = {k for r in rows for k, v in r.items() if v != "" and k.startswith("val/")}
     for key in ("base", "alpha", "beta", "cascade_ab", "cascade_ba", "deployed"):
         assert f"val/{key}/pass@1" in evaluated, key
+
+
+@needs_vllm
+def test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versioned_adapter(tmp_path):
+    rollout = VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True)
+    m = AgonModule(
+        model_name_or_path=BASE, lora=LoraOptions(beta_init_std=0.02), grpo=GRPOOptions(num_generations=2),
+        rollout=rollout, verifier=ReasoningGymVerifier(), optimizer=lambda params: torch.optim.Adam(params, lr=5e-3),
+        validate_at_start=False, league=League(probability=1.0, max_age=2),
+    )  # fmt: skip
+    m.reward = RankReward()
+    records = []
+
+    class Watch(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            records.append(pl_module.last_record)
+
+    L.Trainer(
+        max_epochs=1, limit_train_batches=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path,
+        callbacks=[Watch()],
+    ).fit(m, ReasoningGymDataModule(train_size=12, val_size=2, batch_size=4, val_batch_size=2))  # fmt: skip
+    assert records[0].rival_drafts is None  # step 0: no past yet
+    step2 = records[2]  # alpha drafts again; its rival is alpha one or two updates ago
+    rival = step2.rival_drafts
+    assert rival.adapter == "alpha_league" and int(rival.versions.unique()) in (0, 1)
+    assert "alpha_league" in rollout._requests  # pushed to the engine like the policies, under a version id
+    # the engine sampled the snapshot the slot holds, not alpha as it is now
+    assert max_logp_gap(m, "alpha_league", rival.rollouts) < LOGP_TOL
+    assert max_logp_gap(m, "alpha", rival.rollouts) > 10 * LOGP_TOL
 
 
 K1_CHILD = "AGON_TEST_K1_CHILD"

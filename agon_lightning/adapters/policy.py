@@ -32,7 +32,7 @@ from agon_lightning.adapters.shared_prompt import (
     shared_prefixes,
     shares_prompts,
 )
-from agon_lightning.adapters.snapshots import adapter_state, load_into, slot_of
+from agon_lightning.adapters.snapshots import adapter_state, load_into
 from agon_lightning.game.names import BETA
 from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.infra.logprobs import LogitHead
@@ -106,14 +106,14 @@ def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Modu
 
 
 def attach_adapters(
-    base: nn.Module, names: tuple[str, ...], opts: LoraOptions, slots_for: tuple[str, ...] = ()
+    base: nn.Module, names: tuple[str, ...], opts: LoraOptions, slots: dict[str, str] | None = None
 ) -> nn.Module:
     """Wrap ``base`` in a PeftModel holding one LoRA adapter per name (LoRA layers on the fused forward).
 
-    ``slots_for``: adapters that also get a frozen snapshot slot of their shape
-    (:func:`~agon_lightning.adapters.snapshots.slot_of`), attached after them without drawing
-    from the global random stream, so the trained adapters and the run's sampling are the same
-    with or without slots.
+    ``slots``: frozen snapshot slots to attach, slot name → the adapter whose shape (and, at
+    first, weights) it takes (:func:`~agon_lightning.adapters.snapshots.slot_of`); attached after
+    the adapters without drawing from the global random stream, so the trained adapters and the
+    run's sampling are the same with or without slots.
     """
     from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -129,7 +129,7 @@ def attach_adapters(
         )
         for name in names[1:]:
             model.load_adapter(str(root / name), adapter_name=name, is_trainable=True)
-        add_slots(model, slots_for)
+        add_slots(model, slots or {})
         install(model)
         peft.check_peft(model)
         return model
@@ -149,16 +149,15 @@ def attach_adapters(
             if f".lora_B.{BETA}." in pname:
                 noise = torch.randn(param.shape, generator=generator) * opts.beta_init_std
                 param.data.copy_(noise.to(param.dtype))
-    add_slots(model, slots_for)
+    add_slots(model, slots or {})
     install(model)
     peft.check_peft(model)  # the PEFT internals the adapters are switched and fused through
     return model
 
 
-def add_slots(model: nn.Module, adapters: tuple[str, ...]) -> None:
-    """A frozen snapshot slot beside each of ``adapters``, of its configuration (its weights: a copy of it)."""
-    for adapter in adapters:
-        slot = slot_of(adapter)
+def add_slots(model: nn.Module, slots: dict[str, str]) -> None:
+    """Each frozen snapshot slot (slot → adapter) beside its adapter, of its configuration and weights."""
+    for slot, adapter in slots.items():
         with torch.random.fork_rng(devices=[]):  # the slot's initial draw is overwritten below
             model.add_adapter(slot, model.peft_config[adapter])
         load_into(model, slot, adapter_state(model, adapter))

@@ -21,17 +21,19 @@ from torch import Tensor, nn
 
 from agon_lightning.strategies.gather import of_adapter
 
-SLOT_SUFFIX = "_ref"
+SLOT_KINDS = ("ref", "league")  # a KL reference's slot; a past rival's
 
 
-def slot_of(adapter: str) -> str:
-    """The frozen slot that holds a snapshot of ``adapter`` for a forward (``alpha`` → ``alpha_ref``)."""
-    return f"{adapter}{SLOT_SUFFIX}"
+def slot_of(adapter: str, kind: str = "ref") -> str:
+    """The frozen slot that holds a snapshot of ``adapter`` (``alpha`` → ``alpha_ref``, ``alpha_league``)."""
+    if kind not in SLOT_KINDS:
+        raise ValueError(f"slot kind must be one of {SLOT_KINDS}, got {kind!r}")
+    return f"{adapter}_{kind}"
 
 
 def is_slot(name: str) -> bool:
     """Whether an adapter of the model is a snapshot slot, not a policy of the run."""
-    return name.endswith(SLOT_SUFFIX)
+    return name.endswith(tuple(f"_{kind}" for kind in SLOT_KINDS))
 
 
 def policies_of(model: nn.Module) -> list[str]:
@@ -93,6 +95,16 @@ class AdapterHistory:
 
     def has(self, adapter: str) -> bool:
         return bool(self.states.get(adapter))
+
+    def keep(self, model: nn.Module, adapters: tuple[str, ...], version: int) -> None:
+        """:meth:`record` each of ``adapters`` at ``version`` unless it is kept already."""
+        for name in adapters:
+            if version not in self.states.get(name, {}):
+                self.record(model, name, version)
+
+    def versions(self, adapter: str) -> list[int]:
+        """The versions of ``adapter`` kept, oldest first."""
+        return sorted(self.states.get(adapter, {}))
 
     def at(self, adapter: str, version: int) -> tuple[int, dict[str, Tensor]]:
         """``(version read, weights)``: ``adapter`` at ``version``, or at the oldest version kept if that is later."""

@@ -18,11 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from agon_lightning.adapters.snapshots import AdapterHistory, load_into, slot_of
-from agon_lightning.strategies import check_snapshot_strategy
 
 REFERENCES = ("base", "self", "rival")
 
@@ -122,66 +120,40 @@ def reference_adapter(anchor: KLAnchor, adapter: str, rival: str | None) -> str 
 
 
 class RoleAnchors:
-    """The run's KL anchors at work: each role's reference at each step, and the past weights ``self`` reads.
+    """The run's KL anchors at work: each role's reference at each step.
 
-    The module asks it for each role's ``(reference adapter, β)`` before an update and tells it
-    after each one; it alone keeps the adapters' history and loads snapshots into their slots.
+    The module asks it for each role's ``(reference adapter, β)`` before an update; a ``self``
+    reference reads the adapters' past weights from the run's :class:`AdapterHistory` (sized
+    by :attr:`depth`) and loads them into the adapter's ``_ref`` slot.
     """
 
     def __init__(self, kl: KLAnchors | None, grpo_beta: float, game: str, schedule: str) -> None:
         self.kl = resolve(kl, grpo_beta, game, schedule)
-        depth = self.kl.snapshot_depth
-        self.history = AdapterHistory(depth) if depth else None
-        """Each adapter's past weights (``None`` without a ``self`` reference)."""
 
-    def slots_for(self, adapters: tuple[str, ...]) -> tuple[str, ...]:
-        """The adapters that need a snapshot slot (all of them with a ``self`` reference, else none)."""
-        return adapters if self.history is not None else ()
+    @property
+    def depth(self) -> int:
+        """How many past versions of each adapter the ``self`` references read (0: none)."""
+        return self.kl.snapshot_depth
 
-    def check_strategy(self, strategy: Any) -> None:
-        if self.history is not None:
-            check_snapshot_strategy(strategy)
+    def slots(self, adapters: tuple[str, ...]) -> dict[str, str]:
+        """The snapshot slots the references need: slot → adapter (one per adapter with a ``self`` reference)."""
+        return {slot_of(a): a for a in adapters} if self.depth else {}
 
-    def references(self, policy: nn.Module, roles: list[Any], version: int) -> list[tuple[str | None, float]]:
+    def references(
+        self, policy: nn.Module, roles: list[Any], version: int, history: AdapterHistory | None
+    ) -> list[tuple[str | None, float]]:
         """Each role's KL term this step, ``(reference adapter, β)``, for roles with ``.role`` and ``.adapter``.
 
         A ``self`` reference's snapshot (its adapter at ``version − age``) is loaded into its slot.
         """
         adapters = [r.adapter for r in roles]
-        self.updated(policy, tuple(dict.fromkeys(adapters)), version)  # the weights before the first update
         references = []
         for r in roles:
             anchor = self.kl.of(r.role)
             rival = next((a for a in adapters if a != r.adapter), None)
             references.append((reference_adapter(anchor, r.adapter, rival), anchor.beta))
             if anchor.active and anchor.reference == "self":
-                assert self.history is not None  # a 'self' reference sizes the history
-                _, state = self.history.at(r.adapter, version - anchor.age)
+                assert history is not None  # the module sizes the history by self.depth
+                _, state = history.at(r.adapter, version - anchor.age)
                 load_into(policy, slot_of(r.adapter), state)
         return references
-
-    def updated(self, policy: nn.Module, adapters: tuple[str, ...], version: int) -> None:
-        """Keep each adapter's weights at ``version`` (once per version), for the ``self`` references."""
-        if self.history is None:
-            return
-        for name in adapters:
-            if version not in self.history.states.get(name, {}):
-                self.history.record(policy, name, version)
-
-    def state_dict(self) -> dict[str, Any] | None:
-        return None if self.history is None else self.history.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        if self.history is None:
-            if state is not None:
-                rank_zero_warn(
-                    "the checkpoint was written with a 'self' KL reference (model.kl) and this run has none: "
-                    "its past adapter weights are not used"
-                )
-            return
-        if state is None:
-            raise ValueError(
-                "model.kl has a 'self' reference, but the checkpoint holds no past adapter weights (it was "
-                "written without one): resuming would anchor to different weights than the run did"
-            )
-        self.history.load_state_dict(state)

@@ -38,7 +38,7 @@ from agon_lightning.adapters.policy import (
     logit_head,
     sample_with,
 )
-from agon_lightning.adapters.snapshots import check_adapter_state
+from agon_lightning.adapters.snapshots import AdapterHistory, check_adapter_state
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
@@ -47,14 +47,15 @@ from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.pipeline import challenge_prompts, solve_batch
 from agon_lightning.rollout.prefetch import DraftSource
-from agon_lightning.strategies import check_strategy, gathered
+from agon_lightning.strategies import check_snapshot_strategy, check_strategy, gathered
 from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.training.anchor import KLAnchors, RoleAnchors
 from agon_lightning.training.grpo import LossNormalizer
+from agon_lightning.training.league import League, LeaguePlay, load_past, sample_rival
 from agon_lightning.training.options import GRPOOptions
-from agon_lightning.training.records import RoleRollout, StepRecord, correct_of, graded_of, rows_of
+from agon_lightning.training.records import RoleRollout, StepRecord, outcome_of, rows_of
 from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
 from agon_lightning.training.step_metrics import (
     exchange_counts,
@@ -97,6 +98,8 @@ class AgonModule(L.LightningModule):
         kl: Each role's KL anchor (:mod:`agon_lightning.training.anchor`): its reference (the
             base, its own adapter ``age`` updates ago, or the rival's adapter now) and its β;
             ``None``: ``grpo.kl_beta`` toward the base for both roles.
+        league: Past rivals (:mod:`agon_lightning.training.league`): at a share of steps the
+            challenger answers the drafts of a past drafter; ``None``: never.
         rollout: Sampling backend and settings.
         verifier: Judges completions.
         summarizer: What of a draft the challenger reads.
@@ -129,6 +132,7 @@ class AgonModule(L.LightningModule):
         lora: LoraOptions = LoraOptions(),
         grpo: GRPOOptions = GRPOOptions(),
         kl: KLAnchors | None = None,
+        league: League | None = None,
         rollout: Rollout = lazy_instance(HFRollout),
         verifier: Verifier = lazy_instance(ExactMatchVerifier),
         summarizer: Summarizer = lazy_instance(StripTraceSummarizer),
@@ -166,7 +170,12 @@ class AgonModule(L.LightningModule):
                 "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
             )
         self.anchors = RoleAnchors(kl, grpo.kl_beta, game, schedule)
-        """Each role's KL anchor at work (public): its reference each step, the past weights it reads."""
+        """Each role's KL anchor at work (public): its reference at each step."""
+        self.league = LeaguePlay(league, game)
+        """The league of past rivals at work (public; it never plays at ``probability`` 0)."""
+        depth = max(self.anchors.depth, self.league.depth)
+        self.adapter_history = AdapterHistory(depth) if depth else None
+        """Each adapter's last versions (public): what the ``self`` references and the league read."""
         self.drafts = DraftSource(rollout, corrected=grpo.tis_cap is not None)
         """Where each step's drafts come from (public): sampled in the step, or ahead of it."""
         self.save_hyperparameters(
@@ -219,9 +228,8 @@ class AgonModule(L.LightningModule):
         if self.policy is not None:
             return
         base, self.tokenizer = load_base(self.model_name_or_path, self.dtype_name)
-        self.policy = attach_adapters(
-            base, self.adapter_names, self.lora, self.anchors.slots_for(self.adapter_names)
-        )
+        slots = {**self.anchors.slots(self.adapter_names), **self.league.slots(self.adapter_names)}
+        self.policy = attach_adapters(base, self.adapter_names, self.lora, slots)
         if self.gradient_checkpointing:
             enable_checkpointing(self.policy)
         self._bind_adapters()
@@ -243,7 +251,8 @@ class AgonModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
-        self.anchors.check_strategy(self.trainer.strategy)
+        if self.adapter_history is not None:
+            check_snapshot_strategy(self.trainer.strategy)
         self._check_problems(stage)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
@@ -320,15 +329,17 @@ class AgonModule(L.LightningModule):
         """Generate, verify and reward both roles for one step (no gradients)."""
         n = self.grpo.num_generations
         drafter, challenger = self._roles(self.agon_step)
+        if (
+            self.adapter_history is not None
+        ):  # the weights at this version, for later steps' references and rivals
+            self.adapter_history.keep(self.policy, self.adapter_names, self.policy_version)
         drafts, version = self.drafts.drafts(
             self.agon_step, problems, drafter, self.policy_version,
             lambda: self.sample(drafter, [self.prompts.draft_prompt(self.tokenizer, p) for p in problems], n),
         )  # fmt: skip
         grouped = [p for p in problems for _ in range(n)]
         draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
-        draft = RoleOutcome(
-            correct_of(draft_verdicts), drafts.lengths.cpu(), drafts.texts, graded_of(draft_verdicts)
-        )
+        draft = outcome_of(drafts, draft_verdicts)
         self._tell_if_cut(draft)
         record = StepRecord(
             self.agon_step, problems,
@@ -340,19 +351,19 @@ class AgonModule(L.LightningModule):
             return record
         # Challenge i reads (and is graded against) draft rows[i]; rows of a group share a problem.
         rows = opponent_rows(len(problems), n, self.pairing)
-        summaries, prompts = challenge_prompts(self, grouped, drafts)
+        read, paired = drafts, draft  # the drafts the challenge reads: the drafter's, or a past drafter's
+        rival = self.league.draw(self.agon_step, drafter, self.policy_version, self.adapter_history)
+        if rival is not None:
+            record.rival_drafts = sample_rival(self, rival, self.adapter_history, problems)
+            read, paired = record.rival_drafts.rollouts, record.rival_drafts.outcome
+        summaries, prompts = challenge_prompts(self, grouped, read)
         record.summaries = [summaries[i] for i in rows]
         challenges = self.sample(challenger, [prompts[i] for i in rows], 1, greedy=False)
         challenge_verdicts = self.verifier.verify_batch(challenges.texts, grouped)
         outcomes = Outcomes(
             draft,
-            RoleOutcome(
-                correct_of(challenge_verdicts),
-                challenges.lengths.cpu(),
-                challenges.texts,
-                graded_of(challenge_verdicts),
-            ),
-            None if self.pairing == "per_rollout" else draft.select(rows),
+            outcome_of(challenges, challenge_verdicts),
+            None if self.pairing == "per_rollout" and rival is None else paired.select(rows),
         )
         self._tell_if_cut(outcomes.challenge)
         rewards = self.reward(outcomes)
@@ -362,6 +373,7 @@ class AgonModule(L.LightningModule):
             versions=rows_of(self.policy_version, len(challenges)),
         )  # fmt: skip
         record.opponents = None if self.pairing == "per_rollout" else rows
+        record.league = self.league.played(rival, outcomes.challenge.correct, paired.correct[rows])
         return record
 
     def _roles(self, step: int) -> tuple[str, str]:
@@ -404,7 +416,7 @@ class AgonModule(L.LightningModule):
             )
             for r in roles
         ]  # fmt: skip
-        references = self.anchors.references(self.policy, roles, self.policy_version)
+        references = self.anchors.references(self.policy, roles, self.policy_version, self.adapter_history)
         if self.grpo.num_iterations > 1:  # the sampling policy's log-probs, before any update
             sampling_logprobs(self, roles, mb)  # in micro-batches too: micro_batch_size bounds every forward
         stats_sum: dict[str, float] = {}
@@ -439,7 +451,6 @@ class AgonModule(L.LightningModule):
                 scheduler.step()
         self.skips_in_a_row = 0
         self.policy_version += 1
-        self.anchors.updated(self.policy, self.adapter_names, self.policy_version)
         return stats_sum
 
     def _skip(self, bad: list[str]) -> None:
@@ -561,7 +572,9 @@ class AgonModule(L.LightningModule):
             # Drafts sampled ahead are not saved: a resumed run samples its first step again.
             "policy_version": self.policy_version,
             "dropped_samples": self.dropped_samples,
-            "anchors": self.anchors.state_dict(),  # the 'self' references' past weights, if any
+            # the adapters' past weights ('self' KL references, the league) and the league's record
+            "adapter_history": self.adapter_history.state_dict() if self.adapter_history else None,
+            "league": self.league.state_dict(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -577,4 +590,4 @@ class AgonModule(L.LightningModule):
         self.skips_in_a_row = int(state.get("skips_in_a_row", 0))
         self.policy_version = int(state.get("policy_version", self.agon_step - self.skipped_steps))
         self.drafts.dropped = int(state.get("dropped_samples", 0))
-        self.anchors.load_state_dict(state.get("anchors"))
+        load_past(self.adapter_history, self.league, state)

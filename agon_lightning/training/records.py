@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from agon_lightning.game.rewards import RoleOutcome
 from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout.base import RolloutBatch
 
@@ -31,6 +32,11 @@ class RoleRollout:
     def correct(self) -> Tensor:
         return correct_of(self.verdicts)
 
+    @property
+    def outcome(self) -> RoleOutcome:
+        """What the reward reads of these rollouts."""
+        return outcome_of(self.rollouts, self.verdicts)
+
 
 @dataclass
 class StepRecord:
@@ -44,6 +50,9 @@ class StepRecord:
     # Row i: the draft challenge i read and was graded against (see schedule.opponent_rows).
     opponents: Tensor | None = None
     reward_terms: dict[str, float] = field(default_factory=dict)  # RoleRewards.metrics()
+    # A league step: the past drafter's drafts the challenge read instead of the drafter's (not trained).
+    rival_drafts: RoleRollout | None = None
+    league: dict[str, float] = field(default_factory=dict)  # the league's metrics (training.league)
 
     @property
     def roles(self) -> list[RoleRollout]:
@@ -53,7 +62,7 @@ class StepRecord:
     @property
     def opponent_correct(self) -> Tensor:
         """``[P * N]`` correctness of the draft each challenge was paired with."""
-        c = self.draft.correct
+        c = (self.draft if self.rival_drafts is None else self.rival_drafts).correct
         return c if self.opponents is None else c[self.opponents]
 
 
@@ -71,3 +80,8 @@ def graded_of(verdicts: list[Verdict]) -> Tensor | None:
     if not any(v.rewards for v in verdicts):
         return None
     return torch.tensor([math.nan if v.reward is None else v.reward for v in verdicts], dtype=torch.float32)
+
+
+def outcome_of(rollouts: RolloutBatch, verdicts: list[Verdict]) -> RoleOutcome:
+    """A role's outcome for the reward: correctness, lengths, texts and graded values."""
+    return RoleOutcome(correct_of(verdicts), rollouts.lengths.cpu(), rollouts.texts, graded_of(verdicts))

@@ -44,6 +44,7 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
         "train/draft/length": _mean(d.rollouts.lengths),
         "train/draft/truncation_rate": _mean(d.rollouts.truncated),
         **record.reward_terms,
+        **record.league,
         **function_metrics("reward/", d.verdicts),
     }
     c = record.challenge
