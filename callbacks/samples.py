@@ -68,7 +68,8 @@ def sample_rows(record: Any, num_rows: int, max_chars: int | None = None) -> lis
         }  # fmt: skip
         if challenge is not None:
             row.update(
-                summary=_clip(record.summaries[i], max_chars),
+                # a game of one's own may keep no summaries (its second stage read something else)
+                summary=_clip(record.summaries[i], max_chars) if i < len(record.summaries) else None,
                 challenger=challenge.adapter,
                 challenge=_clip(challenge.rollouts.texts[i], max_chars),
                 challenge_verdict=_verdict(challenge.verdicts[i]),

@@ -1,7 +1,9 @@
 """Adapters after 3-step fits, to compare the training step of two commits tensor by tensor.
 
 Fits at K = 0 and K = 1 (``rollout.max_staleness``; the scripted engine of tests/test_prefetch.py)
-and at K = 0 with HFRollout, on the tests' tiny model; each fit's adapter tensors are saved::
+and at K = 0 with HFRollout, on the tests' tiny model, for the default game and for each of the
+game's variants set by name (grpo, fixed roles, self-play, a shared opponent); each fit's adapter
+tensors are saved::
 
     python scripts/adapter_fingerprint.py CHECKOUT_A OUT_A      # e.g. a worktree at the old commit
     python scripts/adapter_fingerprint.py CHECKOUT_B OUT_B
@@ -11,10 +13,18 @@ and at K = 0 with HFRollout, on the tests' tiny model; each fit's adapter tensor
 import sys
 from pathlib import Path
 
+# the game's variants, by the module arguments every version of the module takes
+VARIANTS = {
+    "grpo": {"game": "grpo"},
+    "fixed": {"schedule": "fixed"},
+    "self_play": {"schedule": "self_play"},
+    "shared": {"pairing": "shared"},
+}
+
 if sys.argv[1] == "--compare":
     import torch
 
-    for name in ("k0", "k1", "hf"):
+    for name in ("k0", "k1", "hf", *(f"hf_{v}" for v in VARIANTS)):
         a, b = (torch.load(Path(d) / f"{name}.pt") for d in sys.argv[2:4])
         same = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
         print(f"{name}: {len(a)} tensors, {'bit-identical' if same else 'DIFFERENT'}")
@@ -53,26 +63,28 @@ from agon_lightning.game.prompts import Prompts  # noqa: E402
 from agon_lightning.rollout.hf import HFRollout  # noqa: E402
 from agon_lightning.training.module import AgonModule, GRPOOptions  # noqa: E402
 
-L.seed_everything(0)
-module = AgonModule(
-    model_name_or_path=str(model_dir),
-    lora=LoraOptions(r=2, target_modules=["q_proj", "v_proj"]),
-    grpo=GRPOOptions(num_generations=2),
-    rollout=HFRollout(max_new_tokens=8),
-    validate_at_start=False,
-)
-trainer = L.Trainer(
-    accelerator="cpu",
-    max_epochs=1,
-    limit_train_batches=3,
-    limit_val_batches=0,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    default_root_dir=str(out / "fit_hf"),
-)
-with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-    trainer.fit(module, ReasoningGymDataModule(train_size=16, val_size=1, batch_size=2))
-torch.save(adapters(module), out / "hf.pt")
-print("HF K=0 done")
+for name, kwargs in {"hf": {}, **{f"hf_{v}": kw for v, kw in VARIANTS.items()}}.items():
+    L.seed_everything(0)
+    module = AgonModule(
+        model_name_or_path=str(model_dir),
+        lora=LoraOptions(r=2, target_modules=["q_proj", "v_proj"]),
+        grpo=GRPOOptions(num_generations=2),
+        rollout=HFRollout(max_new_tokens=8),
+        validate_at_start=False,
+        **kwargs,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=3,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(out / f"fit_{name}"),
+    )
+    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
+        trainer.fit(module, ReasoningGymDataModule(train_size=16, val_size=1, batch_size=2))
+    torch.save(adapters(module), out / f"{name}.pt")
+    print(f"{name} (K=0, HFRollout) done")

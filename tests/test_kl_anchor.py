@@ -173,7 +173,7 @@ def test_bad_anchors_name_the_value(tiny_model_dir):
     with pytest.raises(ValueError, match="kl beta must be >= 0, got -0.1"):
         KLAnchor("base", -0.1)
     rival = KLAnchors(drafter=KLAnchor("rival", 0.1))
-    with pytest.raises(ValueError, match="reference='rival', but game='grpo' trains one adapter"):
+    with pytest.raises(ValueError, match="reference='rival', but the game \\(kind 'grpo'\\) has no challenger"):
         AgonModule(game="grpo", kl=rival)
     with pytest.raises(ValueError, match="schedule='self_play' plays both roles with one adapter"):
         AgonModule(schedule="self_play", kl=rival)

@@ -264,11 +264,11 @@ def test_one_graded_function_beside_a_reward_that_pays_only_c_is_told_once():
 
     module = AgonModule(verifier=RewardFunctionVerifier(graded_accuracy), reward=CompetitiveReward())
     paid = AgonModule(verifier=RewardFunctionVerifier(graded_accuracy), reward=GradedReward())
-    module._tell_if_cut(outcome(1.0, 0.0, float("nan")))  # 0/1 values: c is the whole reward, nothing to say
+    module.tell_if_cut(outcome(1.0, 0.0, float("nan")))  # 0/1 values: c is the whole reward, nothing to say
     told = r"returned 0.7, not 0 or 1.*\(c = graded_accuracy >= 1\).*--model.reward=graded"
     with pytest.warns(UserWarning, match=told):
-        module._tell_if_cut(outcome(1.0, 0.7))
+        module.tell_if_cut(outcome(1.0, 0.7))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        module._tell_if_cut(outcome(0.3))  # said once
-        paid._tell_if_cut(outcome(0.3))  # a graded reward pays the value: nothing cut
+        module.tell_if_cut(outcome(0.3))  # said once
+        paid.tell_if_cut(outcome(0.3))  # a graded reward pays the value: nothing cut

@@ -23,6 +23,7 @@ from agon_lightning.game.formats import FormatCheck
 from agon_lightning.game.rewards import Reward
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.summarizers.base import Summarizer
+from agon_lightning.training.games import Game
 from agon_lightning.verifiers.base import Verifier
 
 GROUPS: dict[str, type] = {
@@ -31,6 +32,7 @@ GROUPS: dict[str, type] = {
     "agon_lightning.summarizers": Summarizer,
     "agon_lightning.rewards": Reward,
     "agon_lightning.formats": FormatCheck,
+    "agon_lightning.games": Game,
     "agon_lightning.data": ProblemDataModule,
 }
 

@@ -92,7 +92,7 @@ def resolve(kl: KLAnchors | None, grpo_beta: float, game: str, schedule: str) ->
         anchor = kl.of(role)
         if anchor.active and anchor.reference == "rival":
             if game == "grpo":
-                raise ValueError(f"model.kl.{role}.reference='rival', but game='grpo' trains one adapter")
+                raise ValueError(f"model.kl.{role}.reference='rival', but the game (kind 'grpo') has no challenger")
             if schedule == "self_play":
                 raise ValueError(
                     f"model.kl.{role}.reference='rival', but schedule='self_play' plays both roles with one "

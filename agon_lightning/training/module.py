@@ -41,22 +41,22 @@ from agon_lightning.adapters.policy import (
 from agon_lightning.adapters.snapshots import AdapterHistory, check_adapter_state
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.game.prompts import Prompts
-from agon_lightning.game.rewards import CompetitiveReward, Outcomes, Reward, RoleOutcome, cut_value
+from agon_lightning.game.rewards import CompetitiveReward, Reward, RoleOutcome, cut_value
 from agon_lightning.game.types import Problem
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.hf import HFRollout
-from agon_lightning.rollout.pipeline import challenge_prompts, solve_batch
+from agon_lightning.rollout.pipeline import solve_batch
 from agon_lightning.rollout.prefetch import DraftSource
 from agon_lightning.strategies import check_snapshot_strategy, check_strategy, gathered
 from agon_lightning.strategies.gather import of_adapter
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.training.anchor import KLAnchors, RoleAnchors
+from agon_lightning.training.games import Game, as_game
 from agon_lightning.training.grpo import LossNormalizer
-from agon_lightning.training.league import League, LeaguePlay, load_past, sample_rival
+from agon_lightning.training.league import League, LeaguePlay, load_past
 from agon_lightning.training.options import GRPOOptions
-from agon_lightning.training.records import RoleRollout, StepRecord, outcome_of, rows_of
-from agon_lightning.training.schedule import PAIRINGS, SCHEDULES, adapters_for, opponent_rows, roles_for_step
+from agon_lightning.training.records import RoleRollout, StepRecord
 from agon_lightning.training.step_metrics import (
     exchange_counts,
     exchange_rates,
@@ -88,11 +88,14 @@ class AgonModule(L.LightningModule):
         model_name_or_path: A Hub id, a local directory, or ``agon:NAME`` for a model shipped
             with the package.
         dtype: ``float32`` | ``bfloat16`` | ``float16`` for the base weights.
-        game: ``agon`` (drafter + challenger) or ``grpo`` (one adapter, drafts only).
-        schedule: ``rotate`` | ``fixed`` | ``self_play`` (see :mod:`agon_lightning.training.schedule`).
-        pairing: Which draft each challenge reads and is graded against: ``per_rollout``
-            (challenge i ↔ draft i) or ``shared`` (every challenge of a problem ↔ its first
-            draft; see :func:`agon_lightning.training.schedule.opponent_rows`).
+        game: The game (:mod:`agon_lightning.training.games`): a :class:`Game` (``AgonGame``,
+            ``GRPOGame``, or one of your own), or ``agon`` (drafter + challenger) / ``grpo``
+            (one adapter, drafts only) with ``schedule`` and ``pairing`` below.
+        schedule: With ``game: agon``: ``rotate`` | ``fixed`` | ``self_play`` (see
+            :mod:`agon_lightning.training.schedule`).
+        pairing: With ``game: agon``: which draft each challenge reads and is graded against:
+            ``per_rollout`` (challenge i ↔ draft i) or ``shared`` (every challenge of a problem ↔
+            its first draft; see :func:`agon_lightning.training.schedule.opponent_rows`).
         lora: Adapter settings.
         grpo: Policy-gradient settings.
         kl: Each role's KL anchor (:mod:`agon_lightning.training.anchor`): its reference (the
@@ -126,7 +129,7 @@ class AgonModule(L.LightningModule):
         self,
         model_name_or_path: str = DEFAULT_BASE,
         dtype: str = "float32",
-        game: Literal["agon", "grpo"] = "agon",
+        game: Game | Literal["agon", "grpo"] = "agon",
         schedule: Literal["rotate", "fixed", "self_play"] = "rotate",
         pairing: Literal["per_rollout", "shared"] = "per_rollout",
         lora: LoraOptions = LoraOptions(),
@@ -149,16 +152,8 @@ class AgonModule(L.LightningModule):
         max_consecutive_skips: int = 3,
     ) -> None:
         super().__init__()
-        if game not in ("agon", "grpo"):
-            raise ValueError(f"game must be 'agon' or 'grpo', got {game!r}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        if pairing not in PAIRINGS:
-            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-        if pairing != "per_rollout" and game == "grpo":
-            raise ValueError(
-                f"pairing={pairing!r} pairs challenges with drafts, but game='grpo' has no challenger"
-            )
+        self.game = as_game(game, schedule, pairing)
+        """The game (public): its roles, what each reads, whom each faces, what each is paid."""
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
@@ -169,9 +164,9 @@ class AgonModule(L.LightningModule):
                 f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
                 "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
             )
-        self.anchors = RoleAnchors(kl, grpo.kl_beta, game, schedule)
+        self.anchors = RoleAnchors(kl, grpo.kl_beta, self.game.kind, getattr(self.game, "schedule", "rotate"))
         """Each role's KL anchor at work (public): its reference at each step."""
-        self.league = LeaguePlay(league, game)
+        self.league = LeaguePlay(league, self.game.kind)
         """The league of past rivals at work (public; it never plays at ``probability`` 0)."""
         depth = max(self.anchors.depth, self.league.depth)
         self.adapter_history = AdapterHistory(depth) if depth else None
@@ -185,9 +180,6 @@ class AgonModule(L.LightningModule):
         self.strict_loading = False  # checkpoints hold the adapters only, not the frozen base
         self.model_name_or_path = model_name_or_path
         self.dtype_name = dtype
-        self.game = game
-        self.schedule = schedule
-        self.pairing = pairing
         self.lora = lora
         self.grpo = grpo
         self.rollout = rollout
@@ -195,7 +187,7 @@ class AgonModule(L.LightningModule):
         self.verifier = verifier
         self.summarizer = summarizer
         self.reward = reward
-        self._told_cut = False  # graded values met a reward paying only c: said once (_tell_if_cut)
+        self._told_cut = False  # graded values met a reward paying only c: said once (tell_if_cut)
         self.prompts = prompts
         """The prompt templates (public: callbacks build probe prompts with them)."""
         self.optimizer_factory = optimizer
@@ -203,7 +195,7 @@ class AgonModule(L.LightningModule):
         self.max_grad_norm = max_grad_norm
         self.gradient_checkpointing = gradient_checkpointing
         self.validate_at_start = validate_at_start
-        self.adapter_names = adapters_for(schedule, game)
+        self.adapter_names = self.game.adapters
         """The adapters this run trains (public), spelled as in :mod:`agon_lightning.game.names`."""
         self.agon_step = 0
         """Game steps taken (public); drives the role schedule, saved in checkpoints."""
@@ -219,7 +211,11 @@ class AgonModule(L.LightningModule):
         self.last_record: StepRecord | None = None
         """What the last training step played (public; the callbacks' source); ``None`` before one."""
         self.evaluator = CascadeEvaluator(
-            self.adapter_names, game, moa=evaluate_moa, self_cascade=evaluate_self_cascade, deployed=deployed
+            self.adapter_names,
+            self.game.kind,
+            moa=evaluate_moa,
+            self_cascade=evaluate_self_cascade,
+            deployed=deployed,
         )
         """The held-out evaluator (public): its ``history`` and ``last_outcomes`` feed the report callbacks."""
 
@@ -306,7 +302,7 @@ class AgonModule(L.LightningModule):
             return contextlib.nullcontext()
         return gathered(self.policy)
 
-    def _tell_if_cut(self, outcome: RoleOutcome | None) -> None:
+    def tell_if_cut(self, outcome: RoleOutcome | None) -> None:
         """Warn once when the reward functions' graded values meet a reward that pays only c: never a silent cut.
 
         (Several functions or weights are refused at construction; one function's values are seen here.)
@@ -326,64 +322,13 @@ class AgonModule(L.LightningModule):
         )
 
     def play(self, problems: list[Problem]) -> StepRecord:
-        """Generate, verify and reward both roles for one step (no gradients)."""
-        n = self.grpo.num_generations
-        drafter, challenger = self._roles(self.agon_step)
-        if (
-            self.adapter_history is not None
-        ):  # the weights at this version, for later steps' references and rivals
-            self.adapter_history.keep(self.policy, self.adapter_names, self.policy_version)
-        drafts, version = self.drafts.drafts(
-            self.agon_step, problems, drafter, self.policy_version,
-            lambda: self.sample(drafter, [self.prompts.draft_prompt(self.tokenizer, p) for p in problems], n),
-        )  # fmt: skip
-        grouped = [p for p in problems for _ in range(n)]
-        draft_verdicts = self.verifier.verify_batch(drafts.texts, grouped)
-        draft = outcome_of(drafts, draft_verdicts)
-        self._tell_if_cut(draft)
-        record = StepRecord(
-            self.agon_step, problems,
-            RoleRollout(drafter, drafts, draft_verdicts, draft.correct, versions=rows_of(version, len(drafts))),
-        )  # fmt: skip
-        if self.game == "grpo":
-            rewards = self.reward(Outcomes(draft))
-            record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
-            return record
-        # Challenge i reads (and is graded against) draft rows[i]; rows of a group share a problem.
-        rows = opponent_rows(len(problems), n, self.pairing)
-        read, paired = drafts, draft  # the drafts the challenge reads: the drafter's, or a past drafter's
-        rival = self.league.draw(self.agon_step, drafter, self.policy_version, self.adapter_history)
-        if rival is not None:
-            record.rival_drafts = sample_rival(self, rival, self.adapter_history, problems)
-            read, paired = record.rival_drafts.rollouts, record.rival_drafts.outcome
-        summaries, prompts = challenge_prompts(self, grouped, read)
-        record.summaries = [summaries[i] for i in rows]
-        challenges = self.sample(challenger, [prompts[i] for i in rows], 1, greedy=False)
-        challenge_verdicts = self.verifier.verify_batch(challenges.texts, grouped)
-        outcomes = Outcomes(
-            draft,
-            outcome_of(challenges, challenge_verdicts),
-            None if self.pairing == "per_rollout" and rival is None else paired.select(rows),
-        )
-        self._tell_if_cut(outcomes.challenge)
-        rewards = self.reward(outcomes)
-        record.draft.rewards, record.reward_terms = rewards.draft, rewards.metrics()
-        record.challenge = RoleRollout(
-            challenger, challenges, challenge_verdicts, rewards.challenge, role="challenger",
-            versions=rows_of(self.policy_version, len(challenges)),
-        )  # fmt: skip
-        record.opponents = None if self.pairing == "per_rollout" else rows
-        record.league = self.league.played(rival, outcomes.challenge.correct, paired.correct[rows])
-        return record
-
-    def _roles(self, step: int) -> tuple[str, str]:
-        """``(drafter, challenger)`` at ``step``; GRPO's one adapter drafts every step whatever the schedule."""
-        return roles_for_step(step, self.schedule if self.game == "agon" else "fixed")
+        """Generate, verify and reward every role for one step (no gradients): the game's step."""
+        return self.game.play(self, problems)
 
     def _next_drafts(self, problems: list[Problem]) -> tuple[int, str, Any]:
         """The next step, its drafter, and the call sampling its drafts with the adapters the backend holds now."""
         step = self.agon_step + 1
-        drafter, _ = self._roles(step)
+        drafter, _ = self.game.roles(step)
         prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
         n = self.grpo.num_generations
         return (
