@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_resume import agon_fit, assert_resumes_exactly, finish
+from test_resume import assert_a_killed_run_resumes_exactly, straight_log
 
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.adapters.snapshots import AdapterHistory, adapter_state, load_into, policies_of, slot_of
@@ -173,7 +173,9 @@ def test_bad_anchors_name_the_value(tiny_model_dir):
     with pytest.raises(ValueError, match="kl beta must be >= 0, got -0.1"):
         KLAnchor("base", -0.1)
     rival = KLAnchors(drafter=KLAnchor("rival", 0.1))
-    with pytest.raises(ValueError, match="reference='rival', but the game \\(kind 'grpo'\\) has no challenger"):
+    with pytest.raises(
+        ValueError, match="reference='rival', but the game \\(kind 'grpo'\\) has no challenger"
+    ):
         AgonModule(game="grpo", kl=rival)
     with pytest.raises(ValueError, match="schedule='self_play' plays both roles with one adapter"):
         AgonModule(schedule="self_play", kl=rival)
@@ -193,10 +195,7 @@ ANCHORS = [
 @pytest.fixture(scope="module")
 def straight_anchored(tiny_model_dir, tmp_path_factory):
     """An uninterrupted `agon fit` of 6 steps with both anchors (the drafter's own past, the rival now)."""
-    root = tmp_path_factory.mktemp("straight_anchored")
-    code, out = finish(agon_fit(tiny_model_dir, root, *ANCHORS))
-    assert code == 0, out
-    return root / "lightning_logs" / "version_0"
+    return straight_log(tiny_model_dir, tmp_path_factory.mktemp("straight_anchored"), *ANCHORS)
 
 
 def test_a_fit_with_anchors_logs_a_kl_and_resumes_exactly(tiny_model_dir, tmp_path, straight_anchored):
@@ -208,16 +207,12 @@ def test_a_fit_with_anchors_logs_a_kl_and_resumes_exactly(tiny_model_dir, tmp_pa
         if r.split(",")[header.index("train/kl")]
     ]
     assert len(kl) == 6 and all(v >= 0 for v in kl) and any(v > 0 for v in kl)
-    killed = agon_fit(tiny_model_dir, tmp_path / "killed", *ANCHORS, kill_after=4)
-    code, out = finish(killed)
-    assert code != 0, "the run was meant to be killed after step 4"
-    state = torch.load(
-        tmp_path / "killed" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+    state = assert_a_killed_run_resumes_exactly(
+        tiny_model_dir, tmp_path / "killed", straight_anchored, *ANCHORS
     )
     # the past weights travel with it: versions 1-3, kept as steps 1-3 began (version 4, the current
     # weights, is the checkpoint's own state; the next step keeps it)
     assert sorted(state["agon"]["adapter_history"]["states"][ALPHA]) == [1, 2, 3]
-    assert_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight_anchored, 4, tuple(ANCHORS))
 
 
 def test_resuming_a_self_reference_from_a_checkpoint_without_past_weights_is_refused():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scripted import ScriptedRollout
 from test_kl_anchor import nudge
-from test_resume import agon_fit, assert_resumes_exactly, finish
+from test_resume import assert_a_killed_run_resumes_exactly, straight_log
 from test_training_paths import ZeroIsRight
 
 from agon_lightning.adapters.policy import LoraOptions
@@ -157,10 +157,7 @@ LEAGUE = ['--model.league={"probability": 0.5, "max_age": 2, "rule": "pfsp", "se
 
 @pytest.fixture(scope="module")
 def straight_league(tiny_model_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("straight_league")
-    code, out = finish(agon_fit(tiny_model_dir, root, *LEAGUE))
-    assert code == 0, out
-    return root / "lightning_logs" / "version_0"
+    return straight_log(tiny_model_dir, tmp_path_factory.mktemp("straight_league"), *LEAGUE)
 
 
 def test_a_fit_with_a_league_logs_its_games_and_resumes_exactly(tiny_model_dir, tmp_path, straight_league):
@@ -172,7 +169,5 @@ def test_a_fit_with_a_league_logs_its_games_and_resumes_exactly(tiny_model_dir, 
     assert {r["league/rival_age"] for r in played} <= {"1.0", "2.0"}
     expected = [random.Random(f"3:{s}").random() < 0.5 for s in range(6)]
     assert [r["league/played"] == "1.0" for r in rows] == [e and s > 0 for s, e in enumerate(expected)]
-    killed = agon_fit(tiny_model_dir, tmp_path / "killed", *LEAGUE, kill_after=4)
-    code, _ = finish(killed)
-    assert code != 0
-    assert_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight_league, 4, tuple(LEAGUE))
+    state = assert_a_killed_run_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight_league, *LEAGUE)
+    assert state["agon"]["league"]["games"]  # the challenger's record against its past rivals travels too

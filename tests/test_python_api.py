@@ -12,6 +12,7 @@ from agon_lightning import from_config
 from agon_lightning.callbacks import STANDARD
 from agon_lightning.game.rewards import GradedReward
 from agon_lightning.infra.errors import UsageError
+from agon_lightning.training.games import GRPOGame
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
 
@@ -64,7 +65,7 @@ def test_any_module_option_takes_an_object_or_a_value(tmp_path):
     model, _, _ = from_config(
         "agon:agon.yaml", f"--trainer.default_root_dir={tmp_path}", verifier=verifier, game="grpo"
     )
-    assert model.verifier is verifier and model.game == "grpo"
+    assert model.verifier is verifier and isinstance(model.game, GRPOGame)  # the name, as its game
 
 
 @pytest.mark.parametrize(

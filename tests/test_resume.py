@@ -199,6 +199,22 @@ def assert_resumes_exactly(
     assert drafters == [["0.0", "1.0"][(steps_done + i) % 2] for i in range(6 - steps_done)]
 
 
+def straight_log(model_dir: Path, root: Path, *extra: str) -> Path:
+    """The log directory of an uninterrupted 6-step run with ``extra`` arguments."""
+    code, out = finish(agon_fit(model_dir, root, *extra))
+    assert code == 0, out
+    return root / "lightning_logs" / "version_0"
+
+
+def assert_a_killed_run_resumes_exactly(model_dir: Path, root: Path, straight_dir: Path, *extra: str) -> dict:
+    """Kill a run with ``extra`` after step 4, resume it, compare with ``straight_dir``; its checkpoint's state."""
+    code, _ = finish(agon_fit(model_dir, root, *extra, kill_after=KILL_AFTER))
+    assert code != 0, f"the run was meant to be killed after step {KILL_AFTER}"
+    state = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert_resumes_exactly(model_dir, root, straight_dir, KILL_AFTER, extra)
+    return state
+
+
 def test_sigkilled_run_resumes_exactly(tiny_model_dir, tmp_path, straight):
     killed = agon_fit(tiny_model_dir, tmp_path / "killed", kill_after=KILL_AFTER)
     code_k, out_k = finish(killed)

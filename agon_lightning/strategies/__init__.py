@@ -17,6 +17,7 @@ from typing import Any
 
 from lightning.pytorch.strategies import FSDPStrategy
 
+from agon_lightning.game.names import BASE
 from agon_lightning.infra.errors import UsageError
 
 from .fsdp2 import FSDP2Strategy
@@ -75,7 +76,7 @@ def check_strategy(strategy: Any) -> None:
 
 
 def check_snapshot_strategy(strategy: Any) -> None:
-    """Refuse a sharding strategy where adapter snapshots are copied whole into a slot (the ``self`` KL reference).
+    """Refuse a sharding strategy where adapter snapshots are copied whole into a slot (``self`` KL reference, league).
 
     Raises:
         UsageError: FSDP2 or DeepSpeed: each process holds a shard of every adapter, and snapshots
@@ -88,9 +89,9 @@ def check_snapshot_strategy(strategy: Any) -> None:
     )
     if not plain:
         raise UsageError(
-            f"model.kl's 'self' reference keeps whole copies of each adapter, which {type(strategy).__name__} "
-            "shards; use one device or DDP (the adapters are small: DDP holds them whole), or the references "
-            "'base' or 'rival'"
+            f"model.kl's 'self' reference and model.league keep whole copies of each adapter's past versions, "
+            f"which {type(strategy).__name__} shards; use one device or DDP (the adapters are small: DDP holds "
+            f"them whole), or leave both off (model.kl's references {BASE!r} and 'rival' keep no copy)"
         )
 
 

@@ -21,8 +21,9 @@ from typing import Any
 from torch import nn
 
 from agon_lightning.adapters.snapshots import AdapterHistory, load_into, slot_of
+from agon_lightning.game.names import BASE
 
-REFERENCES = ("base", "self", "rival")
+REFERENCES = (BASE, "self", "rival")  # BASE: "base", the frozen base
 
 
 @dataclass
@@ -36,7 +37,7 @@ class KLAnchor:
             training, when fewer updates were taken, the adapter's initial weights).
     """
 
-    reference: str = "base"
+    reference: str = BASE
     beta: float = 0.0
     age: int = 1
 
@@ -81,7 +82,7 @@ def resolve(kl: KLAnchors | None, grpo_beta: float, game: str, schedule: str) ->
         ValueError: both set a KL term, or a reference the game cannot give (naming the value).
     """
     if kl is None:
-        return KLAnchors(KLAnchor("base", grpo_beta), KLAnchor("base", grpo_beta))
+        return KLAnchors(KLAnchor(BASE, grpo_beta), KLAnchor(BASE, grpo_beta))
     if grpo_beta > 0:
         raise ValueError(
             f"grpo.kl_beta={grpo_beta} and model.kl both set a KL term; give each role's beta in model.kl "
@@ -92,7 +93,9 @@ def resolve(kl: KLAnchors | None, grpo_beta: float, game: str, schedule: str) ->
         anchor = kl.of(role)
         if anchor.active and anchor.reference == "rival":
             if game == "grpo":
-                raise ValueError(f"model.kl.{role}.reference='rival', but the game (kind 'grpo') has no challenger")
+                raise ValueError(
+                    f"model.kl.{role}.reference='rival', but the game (kind 'grpo') has no challenger"
+                )
             if schedule == "self_play":
                 raise ValueError(
                     f"model.kl.{role}.reference='rival', but schedule='self_play' plays both roles with one "
@@ -110,7 +113,7 @@ def resolve(kl: KLAnchors | None, grpo_beta: float, game: str, schedule: str) ->
 
 def reference_adapter(anchor: KLAnchor, adapter: str, rival: str | None) -> str | None:
     """The adapter whose log-probs the role's KL term reads (``None``: the base)."""
-    if anchor.reference == "base":
+    if anchor.reference == BASE:
         return None
     if anchor.reference == "self":
         return slot_of(adapter)
