@@ -147,7 +147,7 @@ def test_at_a_league_step_the_challenger_reads_and_is_graded_against_the_past_dr
     assert wrong == (a == 0).sum() and converted == ((a == 0) & (b == 1)).sum()
     assert record.league == {
         "league/played": 1.0, "league/rival_age": 1.0, "league/rival_version": 0.0,
-        "league/win_rate": wins(b, a) / len(b), "league/rival_win_rate": wins(b, a) / len(b),
+        "league/win_rate": wins(b, a) / len(b), "league/past_win_rate": wins(b, a) / len(b),
     }  # fmt: skip
     assert module.league.games == {ALPHA: {0: [wins(b, a), float(len(b))]}}
 
@@ -167,6 +167,8 @@ def test_a_fit_with_a_league_logs_its_games_and_resumes_exactly(tiny_model_dir, 
     played = [r for r in rows if r["league/played"] == "1.0"]
     assert len(rows) == 6 and 0 < len(played) < 6  # it played some steps and sat out others
     assert {r["league/rival_age"] for r in played} <= {"1.0", "2.0"}
+    # a step that sat out logs the drafter now as the opponent (age 0), never the last rival again
+    assert all(r["league/rival_age"] == "0.0" for r in rows if r["league/played"] == "0.0")
     expected = [random.Random(f"3:{s}").random() < 0.5 for s in range(6)]
     assert [r["league/played"] == "1.0" for r in rows] == [e and s > 0 for s, e in enumerate(expected)]
     state = assert_a_killed_run_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight_league, *LEAGUE)

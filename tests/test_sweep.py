@@ -72,6 +72,15 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
         "model.prompts.challenge": "{question}{summary}",
     },
     "margin": {"model.reward.init_args.form": "margin"},
+    "league": {
+        "model.league.probability": 0.25, "model.league.max_age": 10, "model.league.rule": "pfsp",
+        "model.league.pfsp_power": 2.0, "model.league.seed": 0,
+    },  # fmt: skip
+    "kl_anchor": {
+        "model.kl.drafter.reference": "self", "model.kl.drafter.beta": 0.02, "model.kl.drafter.age": 10,
+        "model.kl.challenger.reference": "rival", "model.kl.challenger.beta": 0.02,
+        "model.kl.challenger.age": 1,
+    },  # fmt: skip
     "tiebreak": {"model.reward.init_args.length_tiebreak": 0.5},
     "other_summary": {  # a control: another problem's summary, through the Countdown summarizer
         "model.summarizer.class_path": "agon_lightning.summarizers.other.OtherProblemSummarizer",

@@ -155,7 +155,9 @@ class AgonGame(Game):
             versions=rows_of(player.policy_version, len(challenges)),
         )  # fmt: skip
         record.opponents = None if self.pairing == "per_rollout" else rows
-        record.league = player.league.played(rival, outcomes.challenge.correct, paired.correct[rows])
+        record.league = player.league.played(
+            rival, outcomes.challenge.correct, paired.correct[rows], player.policy_version
+        )
         return record
 
 

@@ -147,22 +147,30 @@ class LeaguePlay:
         return Rival(drafter, chosen, version - chosen)
 
     def played(
-        self, rival: Rival | None, challenge_correct: Tensor, draft_correct: Tensor
+        self, rival: Rival | None, challenge_correct: Tensor, draft_correct: Tensor, version: int
     ) -> dict[str, float]:
-        """Count the step's games against ``rival``; the metrics to log (``rival`` ``None``: the league sat out)."""
-        if rival is None:
-            return {"league/played": 0.0} if self.active else {}
+        """Count the step's games against ``rival`` (``None``: the drafter now, at ``version``); the metrics to log.
+
+        Once the league is on, every step logs every key (a key left out would repeat its last
+        value in some loggers): the opponent's age is 0 when the challenger faced the drafter now.
+        """
+        if not self.active:
+            return {}
         won, games = wins(challenge_correct, draft_correct), float(len(challenge_correct))
-        record = self.games.setdefault(rival.adapter, {}).setdefault(rival.version, [0.0, 0.0])
-        record[0] += won
-        record[1] += games
-        return {
-            "league/played": 1.0,
-            "league/rival_age": float(rival.age),
-            "league/rival_version": float(rival.version),
-            "league/win_rate": won / games,
-            "league/rival_win_rate": record[0] / record[1],
+        if rival is not None:
+            record = self.games.setdefault(rival.adapter, {}).setdefault(rival.version, [0.0, 0.0])
+            record[0] += won
+            record[1] += games
+        metrics = {
+            "league/played": float(rival is not None),
+            "league/rival_age": 0.0 if rival is None else float(rival.age),
+            "league/rival_version": float(version if rival is None else rival.version),
+            "league/win_rate": won / games,  # this step's, against the drafts the challenge read
         }
+        past = [r for by_version in self.games.values() for r in by_version.values()]
+        if past:  # against every past rival so far
+            metrics["league/past_win_rate"] = sum(r[0] for r in past) / sum(r[1] for r in past)
+        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {"games": self.games}
