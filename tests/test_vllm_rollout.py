@@ -260,6 +260,14 @@ def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):
 
 @needs_vllm
 def test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versioned_adapter(tmp_path):
+    if os.environ.get(LEAGUE_CHILD) != "1":  # an engine of its own: in a fresh process (see the K1 test)
+        test = f"{__file__}::test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versioned_adapter"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm", test],
+            env={**os.environ, LEAGUE_CHILD: "1"}, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
+        return
     rollout = VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True)
     m = AgonModule(
         model_name_or_path=BASE, lora=LoraOptions(beta_init_std=0.02), grpo=GRPOOptions(num_generations=2),
@@ -289,6 +297,7 @@ def test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versione
 
 
 K1_CHILD = "AGON_TEST_K1_CHILD"
+LEAGUE_CHILD = "AGON_TEST_LEAGUE_CHILD"
 
 
 @needs_vllm
