@@ -258,15 +258,29 @@ def test_three_step_fit_with_the_vllm_backend_logs_every_game_metric(tmp_path):
         assert f"val/{key}/pass@1" in evaluated, key
 
 
+CHILD = "AGON_TEST_OWN_PROCESS"
+
+
+def in_a_process_of_its_own(test) -> bool:
+    """Run ``test`` in a fresh pytest process and assert it passed (``True``: the caller returns);
+    ``False`` inside that process, where the test runs. For a test that starts an engine of its own:
+    a second in-process engine, after this module's, breaks vLLM's per-process group map (and its
+    torch thread settings leak into the tests after it)."""
+    if os.environ.get(CHILD) == test.__name__:
+        return False
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm", f"{__file__}::{test.__name__}"],
+        env={**os.environ, CHILD: test.__name__}, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
+    return True
+
+
 @needs_vllm
 def test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versioned_adapter(tmp_path):
-    if os.environ.get(LEAGUE_CHILD) != "1":  # an engine of its own: in a fresh process (see the K1 test)
-        test = f"{__file__}::test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versioned_adapter"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm", test],
-            env={**os.environ, LEAGUE_CHILD: "1"}, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
+    if in_a_process_of_its_own(
+        test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versioned_adapter
+    ):
         return
     rollout = VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True)
     m = AgonModule(
@@ -296,24 +310,11 @@ def test_a_league_step_samples_the_past_drafter_through_the_engine_as_a_versione
     assert max_logp_gap(m, "alpha", rival.rollouts) > 10 * LOGP_TOL
 
 
-K1_CHILD = "AGON_TEST_K1_CHILD"
-LEAGUE_CHILD = "AGON_TEST_LEAGUE_CHILD"
-
-
 @needs_vllm
 def test_k1_fit_samples_each_next_draft_with_the_version_before_the_update(tmp_path):
     """rollout.max_staleness=1: step t+1's drafts are sampled during step t's update, by the weights step t
     started with; its challenges by the weights step t+1 started with (their engine log-probs say so)."""
-    if os.environ.get(K1_CHILD) != "1":
-        # Sampling from a thread with a second in-process engine, after this module's engine, breaks
-        # vLLM's per-process group map (and the engine's torch thread settings leak into the tests
-        # after it): the fit runs in a fresh process of its own.
-        test = f"{__file__}::test_k1_fit_samples_each_next_draft_with_the_version_before_the_update"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "vllm", test],
-            env={**os.environ, K1_CHILD: "1"}, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
+    if in_a_process_of_its_own(test_k1_fit_samples_each_next_draft_with_the_version_before_the_update):
         return
     rollout = VLLMRollout(max_new_tokens=24, kv_cache_memory_gib=0.25, enforce_eager=True, max_staleness=1)
     m = AgonModule(
