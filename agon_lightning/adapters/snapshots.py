@@ -93,9 +93,6 @@ class AdapterHistory:
         for old in [v for v in kept if v < version - self.depth]:
             del kept[old]
 
-    def has(self, adapter: str) -> bool:
-        return bool(self.states.get(adapter))
-
     def keep(self, model: nn.Module, adapters: tuple[str, ...], version: int) -> None:
         """:meth:`record` each of ``adapters`` at ``version`` unless it is kept already."""
         for name in adapters:
