@@ -97,3 +97,21 @@ def test_cuda_built_companions_of_a_cpu_torch_are_named(monkeypatch, versions, b
     if broken:
         with pytest.raises(SystemExit):
             cli.main(["config"])
+
+
+def test_the_wheel_lists_every_package_in_the_tree():
+    """pyproject names packages one by one; a folder it misses is absent from the wheel (seen: the
+    installed ``agon`` failed with ``No module named 'agon_lightning.infra'``)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    folders = {name: ROOT / path for name, path in setuptools["package-dir"].items()}
+    folders["agon_lightning"] = ROOT / "agon_lightning"
+    in_tree = set()
+    for name, folder in folders.items():
+        for init in folder.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                relative = init.parent.relative_to(folder).parts
+                in_tree.add(".".join((name, *relative)))
+    assert in_tree - listed == set(), "packages missing from pyproject's [tool.setuptools] packages"
+    assert listed - in_tree == set(), "pyproject lists packages that are not in the tree"
