@@ -16,16 +16,30 @@ from agon_lightning.testbeds.countdown.s2_endpoints import main
 
 # The keys each row's evaluation writes (deployed first).
 KEYS = {"agon": ("cascade_ab", "alpha"), "cooperative": ("cascade_ab", "alpha"), "grpo": ("alpha", "cascade_aa"),
-        "moa_untrained": ("alpha", "moa")}  # fmt: skip
+        "moa_untrained": ("alpha", "moa"), "league": ("cascade_ab", "alpha"),
+        "kl_anchor": ("cascade_ab", "alpha")}  # fmt: skip
+RATES = {
+    "agon": 0.7,
+    "cooperative": 0.65,
+    "grpo": 0.5,
+    "moa_untrained": 0.55,
+    "league": 0.72,
+    "kl_anchor": 0.6,
+}
 N = 60
 
 
 def outcomes(variant: str, seed: int) -> dict[str, np.ndarray]:
     """Each key's 0/1 outcome on N main and N hard problems: Agon's cascade best, with seed noise."""
     rng = np.random.default_rng(hash((variant, seed)) % 2**32)
-    rate = {"agon": 0.7, "cooperative": 0.65, "grpo": 0.5, "moa_untrained": 0.55}[variant]
+    rate = RATES[variant]
     shift = 0.0 if variant == "moa_untrained" else rng.normal(0, 0.03)
     return {key: rng.random(2 * N) < rate + shift - 0.1 * k for k, key in enumerate(KEYS[variant])}
+
+
+def divergence_values(variant: str, seed: int) -> list[float]:
+    """The symmetric KL the monitor logged at steps 0 and 10 (the last is what counts)."""
+    return [0.001 * seed, 0.1 + 0.01 * seed + (0.05 if variant == "kl_anchor" else 0.0) + 0.003 * (seed % 2)]
 
 
 def finished(out: Path, variant: str, seed: int) -> dict[str, np.ndarray]:
@@ -38,10 +52,15 @@ def finished(out: Path, variant: str, seed: int) -> dict[str, np.ndarray]:
     row = {"step": 0, "val/base/pass@1": 0.4}
     for key in ("deployed", *KEYS[variant]):
         row |= {f"val/{key}/pass@1": 0.5, f"val/{key}/length": 9}
+    first, last = divergence_values(variant, seed)
+    metric = "divergence/symmetric_kl"
+    later = {**dict.fromkeys(row, ""), "step": 10, metric: last}
     with (log / "metrics.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row))
+        w = csv.DictWriter(f, fieldnames=[*row, metric])
         w.writeheader()
-        w.writerow(row)
+        w.writerow({**row, metric: first})
+        w.writerow(later)
+        w.writerow({**dict.fromkeys(row, ""), "step": 11, metric: ""})  # a row that does not log it
     o = outcomes(variant, seed)
     rows = []
     for i in range(2 * N):
@@ -98,3 +117,39 @@ def test_a_row_with_seeds_missing_is_interim(tmp_path):
     (e,) = [e for e in json.loads((out / "endpoints.json").read_text())["endpoints"]
             if e["name"].startswith("the competition step") and e["split"] == "main"]  # fmt: skip
     assert e["seeds"] == 2 and not e["final"]
+
+
+def test_part_3_reads_the_league_and_the_kl_anchor_against_agon_in_their_own_family(tmp_path):
+    from agon_lightning.experiments.stats import seed_t
+
+    out = tmp_path / "sweep"
+    made = {(v, s): finished(out, v, s) for v in ("agon", "league", "kl_anchor", "grpo") for s in range(5)}
+    main([str(out), "--family", "league"])
+    written = json.loads((out / "endpoints_league.json").read_text())
+    record = {(e["name"], e["split"]): e for e in written["endpoints"]}
+    agon = np.array([made["agon", s]["cascade_ab"][:N] for s in range(5)], dtype=float)
+    names = ["the league: league − Agon", "the KL anchor: kl_anchor − Agon"]
+    expected = {
+        n: crossed_t(np.array([made[v, s]["cascade_ab"][:N] for s in range(5)], dtype=float), agon)
+        for n, v in zip(names, ("league", "kl_anchor"))
+    }
+    adjusted = holm({n: d.p for n, d in expected.items()})  # a family of two, not part 2's three
+    for n, d in expected.items():
+        e = record[n, "main"]
+        assert (e["mean"], e["low"], e["high"]) == pytest.approx((d.mean, d.low, d.high))
+        assert e["p_holm"] == pytest.approx(adjusted[n]) and e["final"]
+    assert not any(name.startswith("two passes") for name, _ in record)  # part 2's endpoints are not here
+    (kl,) = [
+        d
+        for d in written["divergence"]
+        if d["metric"] == "divergence/symmetric_kl" and d["variant"] == "kl_anchor"
+    ]
+    mine = np.array([divergence_values("kl_anchor", s)[-1] for s in range(5)])
+    theirs = np.array([divergence_values("agon", s)[-1] for s in range(5)])
+    want = seed_t(mine[:, None], theirs[:, None])  # the last logged value, paired by seed
+    assert (kl["mean"], kl["low"], kl["high"], kl["seeds"]) == pytest.approx(
+        (want.mean, want.low, want.high, 5)
+    )
+    assert kl["mean"] == pytest.approx(0.05)
+    text = (out / "endpoints_league.md").read_text()
+    assert "--family league" in text and "`grpo`" not in text.split("Runs archived")[1].split("\n")[0]

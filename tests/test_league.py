@@ -67,6 +67,23 @@ def test_the_draw_is_a_function_of_seed_and_step_and_reads_only_past_versions_wi
     )
 
 
+def test_by_default_the_draws_follow_the_runs_seed_so_each_seed_of_a_sweep_draws_its_own_league():
+    from lightning.pytorch import seed_everything
+
+    history = history_with([3, 4, 5, 6, 7])
+
+    def draws(league: League) -> list:
+        play = LeaguePlay(league, "agon")
+        return [play.draw(s, ALPHA, 7, history) for s in range(200)]
+
+    seed_everything(11, verbose=False)
+    eleven = draws(League(probability=0.5, max_age=3))
+    assert eleven == draws(League(probability=0.5, max_age=3, seed=11))  # None reads the run's seed
+    seed_everything(12, verbose=False)
+    assert draws(League(probability=0.5, max_age=3)) != eleven
+    assert draws(League(probability=0.5, max_age=3, seed=11)) == eleven  # an explicit seed wins
+
+
 def test_pfsp_brings_back_the_rival_the_challenger_beats_least():
     play = LeaguePlay(League(probability=1.0, max_age=2, rule="pfsp"), "agon")
     play.games = {ALPHA: {5: [9.0, 10.0], 6: [1.0, 10.0]}}  # it beats version 5 90% of the time, 6 only 10%

@@ -17,12 +17,14 @@ Which past rival, among the versions kept (ages 1 … ``max_age``; fewer at the 
   against that version so far (a win: right where the draft was wrong; a tie: half), 0.5
   before any game, p = ``pfsp_power``: the rivals it beats least come most often.
 
-The draw is a pure function of the run's seed and the step, so a resumed run draws what an
-uninterrupted one drew; the win counts go into checkpoints.
+The draw is a pure function of the seed and the step, so a resumed run draws what an
+uninterrupted one drew; the win counts go into checkpoints. The seed is ``league.seed``, or by
+default the run's own (``seed_everything``), so each seed of a sweep draws its own league.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -46,14 +48,15 @@ class League:
         max_age: The oldest rival, in updates (each adapter's last ``max_age`` versions are kept).
         rule: ``uniform`` | ``recent`` | ``pfsp`` (see the module's docstring).
         pfsp_power: p of ``pfsp``'s weight (1 − w)^p.
-        seed: Seed of the per-step draws (whether the league plays, which rival).
+        seed: Seed of the per-step draws (whether the league plays, which rival); ``None``: the
+            run's seed, as ``seed_everything`` set it (0 when nothing set one).
     """
 
     probability: float = 0.0
     max_age: int = 10
     rule: str = "uniform"
     pfsp_power: float = 2.0
-    seed: int = 0
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.probability <= 1.0:
@@ -123,6 +126,13 @@ class LeaguePlay:
         """The snapshot slots the rivals are sampled through: slot → adapter (none when off)."""
         return {slot_of(a, "league"): a for a in adapters} if self.active else {}
 
+    @property
+    def seed(self) -> int:
+        """The draws' seed: ``league.seed``, else the run's (Lightning's ``seed_everything`` records it)."""
+        if self.league.seed is not None:
+            return self.league.seed
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
     def win_rate(self, adapter: str, version: int) -> float | None:
         won, played = self.games.get(adapter, {}).get(version, (0.0, 0.0))
         return won / played if played else None
@@ -131,7 +141,7 @@ class LeaguePlay:
         """The rival at ``step`` (``None``: the league does not play), among the drafter's versions kept."""
         if not self.active or history is None:
             return None
-        rng = random.Random(f"{self.league.seed}:{step}")
+        rng = random.Random(f"{self.seed}:{step}")
         if rng.random() >= self.league.probability:
             return None
         past = [v for v in history.versions(drafter) if v < version and version - v <= self.league.max_age]

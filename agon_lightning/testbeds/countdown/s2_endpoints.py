@@ -12,6 +12,10 @@ so every figure is recomputed from the repository alone, and rewrites the sweep'
 
 It writes ``endpoints.md`` and ``endpoints.json`` beside the archive, with each figure's seeds;
 a decision is *final* only when every registered seed of both rows is in the archive.
+
+Part 3 of the design registers a second family in the same sweep, the league of past rivals and
+the per-role KL anchor against Agon (Holm over its two primaries), with the adapters' divergence
+at the last measurement beside them; ``--family league`` writes ``endpoints_league.md``/``.json``.
 """
 
 from __future__ import annotations
@@ -25,28 +29,80 @@ from pathlib import Path
 
 import numpy as np
 
-from agon_lightning.experiments.stats import crossed_t, holm
+from agon_lightning.experiments.stats import crossed_t, holm, seed_t
 from agon_lightning.game.names import ALPHA
 
 ALPHA_LEVEL = 0.05
-#: Registered seeds per row (part 2); an untrained row is one greedy evaluation, the same for every seed.
-SEEDS = {"agon": 5, "cooperative": 5, "grpo": 5, "moa_untrained": 1}
-#: (name, (variant, key), (reference variant, key)): the key is the evaluator's, at the last evaluation.
-PRIMARIES = (
-    (
-        "training adds to the untrained cascade: Agon − moa_untrained",
-        ("agon", "deployed"),
-        ("moa_untrained", "moa"),
-    ),
-    ("two passes on one budget: Agon − GRPO's self-cascade", ("agon", "deployed"), ("grpo", "cascade_aa")),
-    ("the competition step: Agon − cooperative", ("agon", "deployed"), ("cooperative", "deployed")),
-)
-SECONDARIES = (
-    ("the drafter alone: Agon's alpha − GRPO's alpha", ("agon", ALPHA), ("grpo", ALPHA)),
-    ("the exchange: cooperative − GRPO's self-cascade", ("cooperative", "deployed"), ("grpo", "cascade_aa")),
-    ("the cascade over one pass: Agon − GRPO alone", ("agon", "deployed"), ("grpo", ALPHA)),
-)
 SPLITS = (("", "main"), ("hard", "hard"))  # (the outcomes' split tag, its name)
+#: (name, (variant, key), (reference variant, key)): the key is the evaluator's, at the last evaluation.
+Comparison = tuple[str, tuple[str, str], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered family of endpoints: its rows' seeds, its primaries (Holm over them, on the
+    main split), its secondaries (read at their own p), and divergence metrics compared per seed."""
+
+    stem: str  # the files it writes: STEM.md, STEM.json
+    title: str
+    section: str  # where in the design it is registered
+    seeds: dict[str, int]  # registered seeds per row; an untrained row is one greedy evaluation
+    primaries: tuple[Comparison, ...]
+    secondaries: tuple[Comparison, ...]
+    #: (metric in metrics.csv, row, reference row): the last logged value, paired by seed (seed-level t)
+    divergence: tuple[tuple[str, str, str], ...] = ()
+
+
+#: Part 2 of the design: does Agon's training add anything?
+S2 = Registration(
+    stem="endpoints",
+    title="Countdown S2: the registered endpoints",
+    section="part 2",
+    seeds={"agon": 5, "cooperative": 5, "grpo": 5, "moa_untrained": 1},
+    primaries=(
+        (
+            "training adds to the untrained cascade: Agon − moa_untrained",
+            ("agon", "deployed"),
+            ("moa_untrained", "moa"),
+        ),
+        (
+            "two passes on one budget: Agon − GRPO's self-cascade",
+            ("agon", "deployed"),
+            ("grpo", "cascade_aa"),
+        ),
+        ("the competition step: Agon − cooperative", ("agon", "deployed"), ("cooperative", "deployed")),
+    ),
+    secondaries=(
+        ("the drafter alone: Agon's alpha − GRPO's alpha", ("agon", ALPHA), ("grpo", ALPHA)),
+        (
+            "the exchange: cooperative − GRPO's self-cascade",
+            ("cooperative", "deployed"),
+            ("grpo", "cascade_aa"),
+        ),
+        ("the cascade over one pass: Agon − GRPO alone", ("agon", "deployed"), ("grpo", ALPHA)),
+    ),
+)
+#: Part 3 of the design: the league of past rivals and the per-role KL anchor, each against Agon.
+LEAGUE = Registration(
+    stem="endpoints_league",
+    title="Countdown S2, part 3: the league and the KL anchor against Agon",
+    section="part 3",
+    seeds={"agon": 5, "league": 5, "kl_anchor": 5},
+    primaries=(
+        ("the league: league − Agon", ("league", "deployed"), ("agon", "deployed")),
+        ("the KL anchor: kl_anchor − Agon", ("kl_anchor", "deployed"), ("agon", "deployed")),
+    ),
+    secondaries=(
+        ("the drafter alone: league's alpha − Agon's alpha", ("league", ALPHA), ("agon", ALPHA)),
+        ("the drafter alone: kl_anchor's alpha − Agon's alpha", ("kl_anchor", ALPHA), ("agon", ALPHA)),
+    ),
+    divergence=tuple(
+        (metric, row, "agon")
+        for row in ("league", "kl_anchor")
+        for metric in ("divergence/symmetric_kl", "divergence/answer_agreement", "divergence/delta_cosine")
+    ),
+)
+REGISTRATIONS = {"s2": S2, "league": LEAGUE}
 
 
 @dataclass
@@ -77,11 +133,17 @@ def outcomes_of(run_dir: Path, key: str, split: str) -> dict[str, bool]:
     return {q: ok for q, (ok, _) in read_outcomes(latest_metrics(run_dir).parent, key).get(split, {}).items()}
 
 
-def table(runs: dict[tuple[str, int], Path], row: tuple[str, str], reference: tuple[str, str], split: str):
+def table(
+    runs: dict[tuple[str, int], Path],
+    row: tuple[str, str],
+    reference: tuple[str, str],
+    split: str,
+    seeds_of: dict[str, int] = S2.seeds,
+):
     """The paired ``[seeds, problems]`` tables of two rows (an untrained row stands for every seed)."""
     mine = {s: outcomes_of(d, row[1], split) for (v, s), d in runs.items() if v == row[0]}
     theirs = {s: outcomes_of(d, reference[1], split) for (v, s), d in runs.items() if v == reference[0]}
-    if len(theirs) == 1 and SEEDS.get(reference[0]) == 1:
+    if len(theirs) == 1 and seeds_of.get(reference[0]) == 1:
         theirs = dict.fromkeys(mine, next(iter(theirs.values())))
     seeds = sorted(mine.keys() & theirs.keys())
     if not seeds:
@@ -99,16 +161,17 @@ def decide(mean: float, p_adjusted: float) -> str:
     return "not resolved"
 
 
-def compute(runs: dict[tuple[str, int], Path]) -> list[Endpoint]:
+def compute(runs: dict[tuple[str, int], Path], registration: Registration = S2) -> list[Endpoint]:
     done = {v: sum(1 for (w, _) in runs if w == v) for v, _ in runs}
+    seeds_of = registration.seeds
     out = []
     for tag, split in SPLITS:
         family = []
-        for primary, items in ((True, PRIMARIES), (False, SECONDARIES)):
+        for primary, items in ((True, registration.primaries), (False, registration.secondaries)):
             for name, row, reference in items:
                 e = Endpoint(name, split, primary, row[0], row[1], reference[0], reference[1])
-                e.final = all(done.get(v, 0) >= SEEDS.get(v, 5) for v in (row[0], reference[0]))
-                pair = table(runs, row, reference, tag)
+                e.final = all(done.get(v, 0) >= seeds_of.get(v, 5) for v in (row[0], reference[0]))
+                pair = table(runs, row, reference, tag, seeds_of)
                 if pair is not None and pair[0].shape[0] >= 2 and pair[0].shape[1] >= 2:
                     d = crossed_t(*pair)
                     e.mean, e.low, e.high, e.p, e.df = d.mean, d.low, d.high, d.p, d.df
@@ -118,7 +181,7 @@ def compute(runs: dict[tuple[str, int], Path]) -> list[Endpoint]:
                     else:
                         e.decision = decide(d.mean, d.p)
                 out.append(e)
-        # Holm over the three primaries (the main split's); every other figure is read at its own p.
+        # Holm over the primaries (the main split's); every other figure is read at its own p.
         adjusted = holm({e.name: e.p for e in family})
         for e in family:
             e.p_holm = adjusted[e.name]
@@ -126,17 +189,71 @@ def compute(runs: dict[tuple[str, int], Path]) -> list[Endpoint]:
     return out
 
 
-def markdown(endpoints: list[Endpoint], runs: dict[tuple[str, int], Path]) -> str:
+def last_logged(run_dir: Path, metric: str) -> float | None:
+    """``metric``'s last logged value in the run's metrics.csv (``None`` if never logged)."""
+    import csv
+
+    from agon_lightning.experiments.sweep_report import latest_metrics
+
+    with latest_metrics(run_dir).open() as f:
+        values = [row[metric] for row in csv.DictReader(f) if row.get(metric)]
+    return float(values[-1]) if values else None
+
+
+@dataclass
+class Divergence:
+    """A divergence metric's last logged value, row − reference, paired by seed (seed-level t)."""
+
+    metric: str
+    variant: str
+    reference: str
+    mean: float | None = None
+    low: float | None = None
+    high: float | None = None
+    row_mean: float | None = None
+    reference_mean: float | None = None
+    seeds: int = 0
+
+
+def divergences(runs: dict[tuple[str, int], Path], registration: Registration) -> list[Divergence]:
+    out = []
+    for metric, row, reference in registration.divergence:
+        d = Divergence(metric, row, reference)
+        pairs = []
+        for (v, s), directory in sorted(runs.items()):
+            if v == row and (reference, s) in runs:
+                mine, theirs = last_logged(directory, metric), last_logged(runs[reference, s], metric)
+                if mine is not None and theirs is not None:
+                    pairs.append((mine, theirs))
+        d.seeds = len(pairs)
+        if len(pairs) >= 2:
+            a, b = np.array(pairs).T
+            t = seed_t(a[:, None], b[:, None])
+            d.mean, d.low, d.high = t.mean, t.low, t.high
+            d.row_mean, d.reference_mean = float(a.mean()), float(b.mean())
+        out.append(d)
+    return out
+
+
+def markdown(
+    endpoints: list[Endpoint],
+    runs: dict[tuple[str, int], Path],
+    registration: Registration = S2,
+    divergence: list[Divergence] = (),
+) -> str:
     ran = {}
     for v, s in sorted(runs):
-        ran.setdefault(v, []).append(s)
+        if v in registration.seeds:
+            ran.setdefault(v, []).append(s)
     lines = [
-        "# Countdown S2: the registered endpoints",
+        f"# {registration.title}",
         "",
-        "Computed by `python -m agon_lightning.testbeds.countdown.s2_endpoints` from the committed archive, as part 2 of "
-        "`README.md` registers them: deployed held-out pass@1 at the last evaluation, paired by seed and problem, "
-        "the crossed t interval (new seeds and new problems), Holm's correction over the three primaries. A "
-        "decision is *final* only when every registered seed of both rows is archived.",
+        f"Computed by `python -m agon_lightning.testbeds.countdown.s2_endpoints --family "
+        f"{next(k for k, r in REGISTRATIONS.items() if r == registration)}` from the committed archive, as "
+        f"{registration.section} of `README.md` registers them: deployed held-out pass@1 at the last "
+        "evaluation, paired by seed and problem, the crossed t interval (new seeds and new problems), Holm's "
+        f"correction over the {len(registration.primaries)} primaries. A decision is *final* only when every "
+        "registered seed of both rows is archived.",
         "",
         "Runs archived (seeds): " + "; ".join(f"`{v}` {s}" for v, s in ran.items()) + ".",
         "",
@@ -150,6 +267,21 @@ def markdown(endpoints: list[Endpoint], runs: dict[tuple[str, int], Path]) -> st
         name = f"**primary: {e.name}**" if e.primary and e.split == "main" else e.name
         lines.append(f"| {name} | {e.split} | {cell} | {p} | {df} | {e.seeds} × {e.problems} | {e.decision} | "
                      f"{'final' if e.final else 'interim'} |")  # fmt: skip
+    if divergence:
+        lines += [
+            "",
+            "Divergence between the two adapters at its last measurement (the `DivergenceMonitor` callback), row − "
+            "reference paired by seed, seed-level t interval; no decision.",
+            "",
+            "| metric | row | reference | row mean | reference mean | difference [95% interval] | seeds |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for d in divergence:
+            if d.mean is None:
+                lines.append(f"| `{d.metric}` | `{d.variant}` | `{d.reference}` | — | — | — | {d.seeds} |")
+            else:
+                lines.append(f"| `{d.metric}` | `{d.variant}` | `{d.reference}` | {d.row_mean:.4f} | "
+                             f"{d.reference_mean:.4f} | {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}] | {d.seeds} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -176,24 +308,34 @@ def rewrite_tables(sweep: Path, runs: dict[tuple[str, int], Path], experiments_d
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", type=Path, help="the sweep's --out, holding archive/VARIANT/seed_N.tar.gz")
+    parser.add_argument("--family", choices=sorted(REGISTRATIONS), default="s2",
+                        help="which registered family: s2 (part 2, the default) or league (part 3)")  # fmt: skip
     parser.add_argument("--experiments-dir", type=Path, default=None,
                         help="the variants' overlays (default: configs/experiments, else the shipped ones)")  # fmt: skip
     args = parser.parse_args(argv)
+    registration = REGISTRATIONS[args.family]
     with tempfile.TemporaryDirectory() as scratch:
         runs = unpacked_runs(args.sweep, Path(scratch))
         if not runs:
             raise SystemExit(f"no archived run under {args.sweep / 'archive'}")
-        endpoints = compute(runs)
-        text = markdown(endpoints, runs)
-    rewrite_tables(args.sweep, runs, args.experiments_dir)
-    (args.sweep / "endpoints.md").write_text(text)
-    clean = [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(e).items()}
-        for e in endpoints
-    ]
-    (args.sweep / "endpoints.json").write_text(json.dumps({"endpoints": clean}, indent=1) + "\n")
+        endpoints = compute(runs, registration)
+        divergence = divergences(runs, registration)
+        text = markdown(endpoints, runs, registration, divergence)
+        rewrite_tables(args.sweep, runs, args.experiments_dir)
+    (args.sweep / f"{registration.stem}.md").write_text(text)
+
+    def clean(record) -> dict:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(record).items()}
+
+    (args.sweep / f"{registration.stem}.json").write_text(
+        json.dumps(
+            {"endpoints": [clean(e) for e in endpoints], "divergence": [clean(d) for d in divergence]},
+            indent=1,
+        )
+        + "\n"
+    )
     print(text)
-    print(f"written to {args.sweep / 'endpoints.md'} and endpoints.json")
+    print(f"written to {args.sweep / registration.stem}.md and .json")
 
 
 if __name__ == "__main__":
