@@ -73,12 +73,17 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
     },
     "margin": {"model.reward.init_args.form": "margin"},
     "league": {
-        "model.league.probability": 0.25, "model.league.max_age": 10, "model.league.rule": "pfsp",
-        "model.league.pfsp_power": 2.0, "model.league.seed": 0,
+        "model.league.probability": 0.25,
+        "model.league.max_age": 10,
+        "model.league.rule": "pfsp",
+        "model.league.pfsp_power": 2.0,
     },  # fmt: skip
     "kl_anchor": {
-        "model.kl.drafter.reference": "self", "model.kl.drafter.beta": 0.02, "model.kl.drafter.age": 10,
-        "model.kl.challenger.reference": "rival", "model.kl.challenger.beta": 0.02,
+        "model.kl.drafter.reference": "self",
+        "model.kl.drafter.beta": 0.02,
+        "model.kl.drafter.age": 10,
+        "model.kl.challenger.reference": "rival",
+        "model.kl.challenger.beta": 0.02,
         "model.kl.challenger.age": 1,
     },  # fmt: skip
     "tiebreak": {"model.reward.init_args.length_tiebreak": 0.5},
@@ -408,7 +413,11 @@ def test_every_finished_run_is_archived_and_the_tables_come_back_from_the_archiv
     runs = plan(["agon", "cooperative"], [0, 1], out, EXPERIMENTS)
     assert sweep(runs, BASE, [], out, fake_runner([], fail={"cooperative/seed_1"})) == [runs[3]]
     packed = sorted(p.relative_to(out).as_posix() for p in (out / "archive").rglob("*.tar.gz"))
-    assert packed == ["archive/agon/seed_0.tar.gz", "archive/agon/seed_1.tar.gz", "archive/cooperative/seed_0.tar.gz"]
+    assert packed == [
+        "archive/agon/seed_0.tar.gz",
+        "archive/agon/seed_1.tar.gz",
+        "archive/cooperative/seed_0.tar.gz",
+    ]
     assert archive_path(out, "agon", 0).stat().st_size < 10_000
     table = (out / "results.md").read_text()
     for run in runs:  # checkpoints, logs, everything git ignores: gone

@@ -162,7 +162,13 @@ def test_a_trl_users_data_rewards_and_model_train_resume_and_serve(user_setup, t
     assert {"reward/accuracy/mean", "reward/brevity/mean", "reward/accuracy/std"} <= set(metrics), metrics
 
     # --ckpt_path last resumes the run where it stopped: one more step, not three.
-    agon_fit([*fit_args(tiny_model_dir, tmp_path / "train.jsonl", root, steps=3, backend=backend), "--ckpt_path=last"], backend)
+    agon_fit(
+        [
+            *fit_args(tiny_model_dir, tmp_path / "train.jsonl", root, steps=3, backend=backend),
+            "--ckpt_path=last",
+        ],
+        backend,
+    )
     assert json.loads((bundle / "agon.json").read_text())["step"] == 3
 
     # agon serve on the bundle answers the openai client.
