@@ -1,0 +1,51 @@
+"""Every shipped variant trains as it did before the game became a component.
+
+The fixture holds, for each variant's 3-step fit (tests/variant_fits.py), each LoRA tensor's sum,
+absolute sum and sum of squares, written from the module at commit 9959f8d, the last before
+``model.game`` took a Game (``scripts/variant_fingerprints.py`` compared that commit's adapters
+with the Game's: bit-identical for all eleven). A change to any variant's update, from the
+rewards, the pairing, the summary it reads or the schedule, moves these sums.
+
+In this setting two terms do not fire, so two rows pin a shared path rather than their own term:
+``tiebreak`` trains as ``agon`` (no tie of two right answers with a shorter challenger), and
+``shared_opponent`` as ``no_exchange`` (the hidden summary makes every pairing read the same
+prompt). tests/test_rewards.py and tests/test_pairing.py check those terms by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from variant_fits import NAMES, fit_variant
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "variant_updates.json").read_text())
+
+
+def test_the_fixture_covers_every_variant_fitted():
+    assert sorted(FIXTURE["variants"]) == sorted(NAMES)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    import torch
+    from conftest import build_char_tokenizer, build_tiny_model
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("tiny")
+    tok = build_char_tokenizer()
+    build_tiny_model(tok).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("variant", NAMES)
+def test_each_variant_updates_the_adapters_as_before(variant, tiny_dir, tmp_path):
+    tensors = fit_variant(tiny_dir, variant, tmp_path)
+    expected = FIXTURE["variants"][variant]
+    assert sorted(tensors) == sorted(expected)
+    for name, (total, absolute, squares) in expected.items():
+        t = tensors[name].double()
+        got = (float(t.sum()), float(t.abs().sum()), float(t.pow(2).sum()))
+        assert got == pytest.approx((total, absolute, squares), rel=1e-5, abs=1e-8), name
