@@ -10,6 +10,11 @@ In this setting two terms do not fire, so two rows pin a shared path rather than
 ``tiebreak`` trains as ``agon`` (no tie of two right answers with a shorter challenger), and
 ``shared_opponent`` as ``no_exchange`` (the hidden summary makes every pairing read the same
 prompt). tests/test_rewards.py and tests/test_pairing.py check those terms by hand.
+
+The sums are held to 1e-5 (relative): thread counts and CPUs change the last bits, not that. A new
+torch may move them further; then write the fixture again from the commit before the upgrade
+(the script saves the tensors; the fixture is their three sums per tensor), never from a commit
+that changes training.
 """
 
 from __future__ import annotations
