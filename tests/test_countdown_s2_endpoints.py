@@ -51,7 +51,11 @@ def finished(out: Path, variant: str, seed: int) -> dict[str, np.ndarray]:
     deployed = KEYS[variant][0]
     row = {"step": 0, "val/base/pass@1": 0.4}
     for key in ("deployed", *KEYS[variant]):
-        row |= {f"val/{key}/pass@1": 0.5, f"val/{key}/length": 9}
+        row |= {
+            f"val/{key}/pass@1": 0.5,
+            f"val/{key}/length": 9,
+            f"val/{key}/conversion_rate": 0.1 + 0.01 * seed,
+        }
     first, last = divergence_values(variant, seed)
     metric = "divergence/symmetric_kl"
     later = {**dict.fromkeys(row, ""), "step": 10, metric: last}
@@ -106,6 +110,17 @@ def test_the_primaries_come_from_the_archive_with_the_crossed_interval_and_holm(
     assert record[names[0], "hard"]["p_holm"] is None  # Holm's family: the three main-split primaries
     assert (out / "results.md").is_file() and "| agon | 5 |" in (out / "results.md").read_text()
     assert "**primary: " in (out / "endpoints.md").read_text()
+    cascades = {
+        (r["row"], r["split"]): r for r in json.loads((out / "endpoints.json").read_text())["cascades"]
+    }
+    agon_main = cascades["agon", "main"]  # the deployed cascade's rate, seed mean and sd over 5 seeds
+    assert agon_main["seeds"] == 5 and agon_main["conversion rate"] == pytest.approx(
+        [0.12, np.std([0.1, 0.11, 0.12, 0.13, 0.14], ddof=1)]
+    )
+    assert (
+        cascades["grpo", "main"]["cascade"] == "cascade_aa"
+        and cascades["moa_untrained", "main"]["seeds"] == 1
+    )
 
 
 def test_a_row_with_seeds_missing_is_interim(tmp_path):

@@ -51,6 +51,8 @@ class Registration:
     secondaries: tuple[Comparison, ...]
     #: (metric in metrics.csv, row, reference row): the last logged value, paired by seed (seed-level t)
     divergence: tuple[tuple[str, str, str], ...] = ()
+    #: row → the two-pass cascade it deploys or is compared as (its conversions, regressions, lengths)
+    cascades: tuple[tuple[str, str], ...] = ()
 
 
 #: Part 2 of the design: does Agon's training add anything?
@@ -81,6 +83,12 @@ S2 = Registration(
         ),
         ("the cascade over one pass: Agon − GRPO alone", ("agon", "deployed"), ("grpo", ALPHA)),
     ),
+    cascades=(
+        ("agon", "deployed"),
+        ("cooperative", "deployed"),
+        ("grpo", "cascade_aa"),
+        ("moa_untrained", "moa"),
+    ),
 )
 #: Part 3 of the design: the league of past rivals and the per-role KL anchor, each against Agon.
 LEAGUE = Registration(
@@ -101,6 +109,7 @@ LEAGUE = Registration(
         for row in ("league", "kl_anchor")
         for metric in ("divergence/symmetric_kl", "divergence/answer_agreement", "divergence/delta_cosine")
     ),
+    cascades=(("agon", "deployed"), ("league", "deployed"), ("kl_anchor", "deployed")),
 )
 REGISTRATIONS = {"s2": S2, "league": LEAGUE}
 
@@ -235,11 +244,64 @@ def divergences(runs: dict[tuple[str, int], Path], registration: Registration) -
     return out
 
 
+def last_evaluation(run_dir: Path) -> dict[str, float]:
+    """Every ``val/…`` metric of the run's last evaluation (rows of that step merged)."""
+    import csv
+
+    from agon_lightning.experiments.sweep_report import latest_metrics
+
+    with latest_metrics(run_dir).open() as f:
+        rows = [r for r in csv.DictReader(f) if any(k.startswith("val/") and v for k, v in r.items())]
+    if not rows:
+        return {}
+    last = max(int(r["step"]) for r in rows)
+    merged = {}
+    for r in rows:
+        if int(r["step"]) == last:
+            merged |= {k: float(v) for k, v in r.items() if k.startswith("val/") and v}
+    return merged
+
+
+#: (column, metric under val/[hard/]KEY/ or, with a leading "/", under val/[hard/]): per row, seed means
+DESCRIBED = (
+    ("pass@1", "pass@1"),
+    ("conversion rate", "conversion_rate"),
+    ("regression rate", "regression_rate"),
+    ("draft tokens", "cost/draft_tokens"),
+    ("answer tokens", "cost/challenger_tokens"),
+    ("alpha alone, length", "/alpha/length"),
+    ("beta alone, length", "/beta/length"),
+)
+
+
+def describe(runs: dict[tuple[str, int], Path], registration: Registration) -> list[dict]:
+    """Per row and split, the seed means (and spread) of its cascade's conversions, regressions and
+    lengths per role at the last evaluation: the secondaries read without a test."""
+    out = []
+    for tag, split in SPLITS:
+        prefix = "val/" + (f"{tag}/" if tag else "")
+        for row, key in registration.cascades:
+            evaluations = [last_evaluation(d) for (v, _), d in sorted(runs.items()) if v == row]
+            evaluations = [e for e in evaluations if e]
+            record = {"row": row, "cascade": key, "split": split, "seeds": len(evaluations)}
+            for column, metric in DESCRIBED:
+                name = prefix + metric[1:] if metric.startswith("/") else f"{prefix}{key}/{metric}"
+                values = [e[name] for e in evaluations if name in e]
+                record[column] = (
+                    (float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0)
+                    if values
+                    else None
+                )
+            out.append(record)
+    return out
+
+
 def markdown(
     endpoints: list[Endpoint],
     runs: dict[tuple[str, int], Path],
     registration: Registration = S2,
     divergence: list[Divergence] = (),
+    described: list[dict] = (),
 ) -> str:
     ran = {}
     for v, s in sorted(runs):
@@ -282,6 +344,28 @@ def markdown(
             else:
                 lines.append(f"| `{d.metric}` | `{d.variant}` | `{d.reference}` | {d.row_mean:.4f} | "
                              f"{d.reference_mean:.4f} | {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}] | {d.seeds} |")  # fmt: skip
+    if described:
+        lines += [
+            "",
+            "Each row's two-pass cascade at the last evaluation, mean (sd) over its seeds: pass@1, conversions "
+            "(right after a wrong draft) and regressions (wrong after a right draft) as rates, mean tokens of the "
+            "draft and of the answer, and each adapter's length alone (the base's for `moa_untrained`: alpha is "
+            "untrained). Descriptive, no test.",
+            "",
+            "| row | cascade | split | seeds | " + " | ".join(c for c, _ in DESCRIBED) + " |",
+            "|---|---|---|---|" + "---|" * len(DESCRIBED),
+        ]
+        for r in described:
+            cells = []
+            for column, _ in DESCRIBED:
+                v = r[column]
+                digits = 3 if "rate" in column or column == "pass@1" else 1
+                cells.append("—" if v is None else f"{v[0]:.{digits}f} ({v[1]:.{digits}f})")
+            lines.append(
+                f"| `{r['row']}` | `{r['cascade']}` | {r['split']} | {r['seeds']} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -320,7 +404,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"no archived run under {args.sweep / 'archive'}")
         endpoints = compute(runs, registration)
         divergence = divergences(runs, registration)
-        text = markdown(endpoints, runs, registration, divergence)
+        described = describe(runs, registration)
+        text = markdown(endpoints, runs, registration, divergence, described)
         rewrite_tables(args.sweep, runs, args.experiments_dir)
     (args.sweep / f"{registration.stem}.md").write_text(text)
 
@@ -329,7 +414,11 @@ def main(argv: list[str] | None = None) -> None:
 
     (args.sweep / f"{registration.stem}.json").write_text(
         json.dumps(
-            {"endpoints": [clean(e) for e in endpoints], "divergence": [clean(d) for d in divergence]},
+            {
+                "endpoints": [clean(e) for e in endpoints],
+                "divergence": [clean(d) for d in divergence],
+                "cascades": described,
+            },
             indent=1,
         )
         + "\n"
