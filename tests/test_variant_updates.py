@@ -6,10 +6,10 @@ absolute sum and sum of squares, written from the module at commit 9959f8d, the 
 with the Game's: bit-identical for all eleven). A change to any variant's update, from the
 rewards, the pairing, the summary it reads or the schedule, moves these sums.
 
-In this setting two terms do not fire, so two rows pin a shared path rather than their own term:
-``tiebreak`` trains as ``agon`` (no tie of two right answers with a shorter challenger), and
-``shared_opponent`` as ``no_exchange`` (the hidden summary makes every pairing read the same
-prompt). tests/test_rewards.py and tests/test_pairing.py check those terms by hand.
+In this setting two rows cannot be told from another row at the fixture's tolerance, so they pin
+a shared path rather than their own term: ``tiebreak`` ends bit-identical to ``agon`` (its term
+never fires here), and ``shared_opponent`` within 1e-9 of ``no_exchange``. tests/test_rewards.py
+and tests/test_pairing.py check those terms by hand.
 
 The sums are held to 1e-5 (relative): thread counts and CPUs change the last bits, not that. A new
 torch may move them further; then write the fixture again from the commit before the upgrade
