@@ -6,7 +6,7 @@ a few forward passes every k steps.
 """
 
 from .checkpoint import AgonCheckpoint
-from .defaults import STANDARD, standard_callbacks
+from .defaults import STANDARD, standard_callbacks, validate_callbacks
 from .divergence import DivergenceMonitor
 from .outputs import RunOutputs
 from .progress_log import ProgressLog
@@ -25,4 +25,5 @@ __all__ = [
     "ValidationReport",
     "plot_trace_lengths",
     "standard_callbacks",
+    "validate_callbacks",
 ]

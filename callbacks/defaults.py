@@ -9,6 +9,9 @@ settings replaces the standard one of its class, and ``--skip_callbacks`` names 
 (configured or standard).
 A script builds the same set with ``L.Trainer(callbacks=standard_callbacks())``.
 
+``agon validate`` gets the validation report alone (:func:`validate_callbacks`), so its
+``outcomes.jsonl`` is written whatever the config lists.
+
 ``agon sft`` trains a whole model, not the game, so it gets the part of the set that applies
 (:func:`sft_callbacks`): the model line, progress lines, ``last.ckpt`` every 50 steps in
 ``<default_root_dir>/checkpoints`` (``--ckpt_path last`` resumes) and the closing list.
@@ -58,6 +61,16 @@ def standard_callbacks(configured: Sequence[L.Callback] = (), skip: Sequence[str
         ValueError: ``skip`` names a class that is not standard.
     """
     return missing([cls() for cls in STANDARD], configured, skip)
+
+
+def validate_callbacks(configured: Sequence[L.Callback] = (), skip: Sequence[str] = ()) -> list[L.Callback]:
+    """What every ``agon validate`` gets, as :func:`standard_callbacks` for ``agon fit``: the
+    validation report, which writes ``outcomes.jsonl`` (the evaluation problem by problem, what
+    paired comparisons between runs read), unless configured otherwise or skipped. ``skip`` may name
+    any of ``agon fit``'s standard callbacks (one set of overrides serves both commands); a name
+    that is standard nowhere is an error."""
+    relevant = [name for name in skip if name not in STANDARD_NAMES or name == ValidationReport.__name__]
+    return missing([ValidationReport()], configured, relevant)
 
 
 SFT_CHECKPOINT_EVERY_N_STEPS = 50

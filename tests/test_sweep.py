@@ -314,7 +314,8 @@ def test_agon_sweep_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     out = tmp_path / "sweep"
     overrides = [
         f"--model.model_name_or_path={tiny_model_dir}", "--trainer.limit_train_batches=1",
-        "--trainer.callbacks=[{class_path: agon_lightning.callbacks.report.ValidationReport}]",
+        # no callback listed: `agon fit` adds the standard set, `agon validate` its report (outcomes.jsonl)
+        "--skip_callbacks=[DivergenceMonitor, SampleTable, TraceLengthMonitor]",
         "--trainer.enable_checkpointing=false", "--data.init_args.batch_size=2",
         "--data.init_args.train_size=20", "--data.init_args.val_size=4", "--data.init_args.hard_size=2",
         "--model.grpo.num_generations=2",

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from agon_lightning.callbacks import AgonCheckpoint, standard_callbacks
+from agon_lightning.callbacks import AgonCheckpoint, standard_callbacks, validate_callbacks
 from agon_lightning.callbacks.defaults import STANDARD_NAMES
 from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.cli.commands import COMMANDS
@@ -71,6 +71,8 @@ class AgonCLI(BaseCLI):
             kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".")
         if self.subcommand in (None, "fit"):  # a training run: the standard callbacks, once each
             kwargs["callbacks"] = self.standard_callbacks(trainer_config, standard_callbacks)
+        elif self.subcommand == "validate":  # its outcomes.jsonl, whatever the config lists
+            kwargs["callbacks"] = self.standard_callbacks(trainer_config, validate_callbacks)
         return super().instantiate_trainer(**kwargs)
 
     def require_last_checkpoint(self) -> None:
