@@ -198,14 +198,19 @@ def compute(runs: dict[tuple[str, int], Path], registration: Registration = S2) 
     return out
 
 
-def last_logged(run_dir: Path, metric: str) -> float | None:
-    """``metric``'s last logged value in the run's metrics.csv (``None`` if never logged)."""
+def metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of the run's metrics.csv (its latest version), read once per run."""
     import csv
 
     from agon_lightning.experiments.sweep_report import latest_metrics
 
     with latest_metrics(run_dir).open() as f:
-        values = [row[metric] for row in csv.DictReader(f) if row.get(metric)]
+        return list(csv.DictReader(f))
+
+
+def last_logged(rows: list[dict[str, str]], metric: str) -> float | None:
+    """``metric``'s last logged value (``None`` if never logged)."""
+    values = [row[metric] for row in rows if row.get(metric)]
     return float(values[-1]) if values else None
 
 
@@ -225,13 +230,15 @@ class Divergence:
 
 
 def divergences(runs: dict[tuple[str, int], Path], registration: Registration) -> list[Divergence]:
+    involved = {v for _, row, reference in registration.divergence for v in (row, reference)}
+    rows = {run: metric_rows(d) for run, d in runs.items() if run[0] in involved}
     out = []
     for metric, row, reference in registration.divergence:
         d = Divergence(metric, row, reference)
         pairs = []
-        for (v, s), directory in sorted(runs.items()):
-            if v == row and (reference, s) in runs:
-                mine, theirs = last_logged(directory, metric), last_logged(runs[reference, s], metric)
+        for v, s in sorted(rows):
+            if v == row and (reference, s) in rows:
+                mine, theirs = last_logged(rows[v, s], metric), last_logged(rows[reference, s], metric)
                 if mine is not None and theirs is not None:
                     pairs.append((mine, theirs))
         d.seeds = len(pairs)
@@ -244,14 +251,9 @@ def divergences(runs: dict[tuple[str, int], Path], registration: Registration) -
     return out
 
 
-def last_evaluation(run_dir: Path) -> dict[str, float]:
-    """Every ``val/…`` metric of the run's last evaluation (rows of that step merged)."""
-    import csv
-
-    from agon_lightning.experiments.sweep_report import latest_metrics
-
-    with latest_metrics(run_dir).open() as f:
-        rows = [r for r in csv.DictReader(f) if any(k.startswith("val/") and v for k, v in r.items())]
+def last_evaluation(rows: list[dict[str, str]]) -> dict[str, float]:
+    """Every ``val/…`` metric of the last evaluation in ``rows`` (rows of that step merged)."""
+    rows = [r for r in rows if any(k.startswith("val/") and v for k, v in r.items())]
     if not rows:
         return {}
     last = max(int(r["step"]) for r in rows)
@@ -277,12 +279,15 @@ DESCRIBED = (
 def describe(runs: dict[tuple[str, int], Path], registration: Registration) -> list[dict]:
     """Per row and split, the seed means (and spread) of its cascade's conversions, regressions and
     lengths per role at the last evaluation: the secondaries read without a test."""
+    evaluations_of = {
+        row: [e for (v, _), d in sorted(runs.items()) if v == row if (e := last_evaluation(metric_rows(d)))]
+        for row, _ in registration.cascades
+    }
     out = []
     for tag, split in SPLITS:
         prefix = "val/" + (f"{tag}/" if tag else "")
         for row, key in registration.cascades:
-            evaluations = [last_evaluation(d) for (v, _), d in sorted(runs.items()) if v == row]
-            evaluations = [e for e in evaluations if e]
+            evaluations = evaluations_of[row]
             record = {"row": row, "cascade": key, "split": split, "seeds": len(evaluations)}
             for column, metric in DESCRIBED:
                 name = prefix + metric[1:] if metric.startswith("/") else f"{prefix}{key}/{metric}"
