@@ -2,16 +2,22 @@
 
 Fits at K = 0 and K = 1 (``rollout.max_staleness``; the scripted engine of tests/test_prefetch.py)
 and at K = 0 with HFRollout, on the tests' tiny model, for the default game and for each of the
-game's variants set by name (grpo, fixed roles, self-play, a shared opponent); each fit's adapter
-tensors are saved::
+game's variants set by name (grpo, fixed roles, self-play, a shared opponent), and, with the
+scripted rollout, for each shipped overlay that changes training (tests/variant_fits.py, the fits
+tests/test_variant_updates.py pins; ``variant_*.pt``); each fit's adapter tensors are saved::
 
     python scripts/adapter_fingerprint.py CHECKOUT_A OUT_A      # e.g. a worktree at the old commit
     python scripts/adapter_fingerprint.py CHECKOUT_B OUT_B
     python scripts/adapter_fingerprint.py --compare OUT_A OUT_B # bit-identical? per fit
+
+The package and the tests' helpers come from CHECKOUT; tests/variant_fits.py from CHECKOUT if it
+has one, else from this checkout.
 """
 
 import sys
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
 
 # the game's variants, by the module arguments every version of the module takes
 VARIANTS = {
@@ -24,14 +30,15 @@ VARIANTS = {
 if sys.argv[1] == "--compare":
     import torch
 
-    for name in ("k0", "k1", "hf", *(f"hf_{v}" for v in VARIANTS)):
-        a, b = (torch.load(Path(d) / f"{name}.pt") for d in sys.argv[2:4])
+    for pt in sorted(Path(sys.argv[2]).glob("*.pt")):
+        a, b = torch.load(pt), torch.load(Path(sys.argv[3]) / pt.name)
         same = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
-        print(f"{name}: {len(a)} tensors, {'bit-identical' if same else 'DIFFERENT'}")
+        print(f"{pt.stem}: {len(a)} tensors, {'bit-identical' if same else 'DIFFERENT'}")
     sys.exit(0)
 repo = Path(sys.argv[1]).resolve()
 out = Path(sys.argv[2])
 sys.path[:0] = [str(repo), str(repo / "tests")]
+sys.path.append(str(HERE / "tests"))  # variant_fits, where CHECKOUT has none
 import torch  # noqa: E402
 from conftest import build_char_tokenizer, build_tiny_model  # noqa: E402
 from test_prefetch import FakeEngine, fit, make_module  # noqa: E402
@@ -88,3 +95,9 @@ for name, kwargs in {"hf": {}, **{f"hf_{v}": kw for v, kw in VARIANTS.items()}}.
         trainer.fit(module, ReasoningGymDataModule(train_size=16, val_size=1, batch_size=2))
     torch.save(adapters(module), out / f"{name}.pt")
     print(f"{name} (K=0, HFRollout) done")
+
+from variant_fits import NAMES, fit_variant  # noqa: E402
+
+for name in NAMES:
+    torch.save(fit_variant(model_dir, name, out / f"fit_variant_{name}"), out / f"variant_{name}.pt")
+    print(f"variant {name} done")

@@ -2,7 +2,7 @@
 
 The fixture holds, for each variant's 3-step fit (tests/variant_fits.py), each LoRA tensor's sum,
 absolute sum and sum of squares, written from the module at commit 9959f8d, the last before
-``model.game`` took a Game (``scripts/variant_fingerprints.py`` compared that commit's adapters
+``model.game`` took a Game (``scripts/adapter_fingerprint.py`` compared that commit's adapters
 with the Game's: bit-identical for all eleven). A change to any variant's update, from the
 rewards, the pairing, the summary it reads or the schedule, moves these sums.
 
@@ -32,22 +32,9 @@ def test_the_fixture_covers_every_variant_fitted():
     assert sorted(FIXTURE["variants"]) == sorted(NAMES)
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    import torch
-    from conftest import build_char_tokenizer, build_tiny_model
-
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("tiny")
-    tok = build_char_tokenizer()
-    build_tiny_model(tok).save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory
-
-
 @pytest.mark.parametrize("variant", NAMES)
-def test_each_variant_updates_the_adapters_as_before(variant, tiny_dir, tmp_path):
-    tensors = fit_variant(tiny_dir, variant, tmp_path)
+def test_each_variant_updates_the_adapters_as_before(variant, tiny_model_dir, tmp_path):
+    tensors = fit_variant(tiny_model_dir, variant, tmp_path)
     expected = FIXTURE["variants"][variant]
     assert sorted(tensors) == sorted(expected)
     for name, (total, absolute, squares) in expected.items():

@@ -1,6 +1,6 @@
 """Each shipped variant's training update: a 3-step fit on the tiny model, by the module arguments
 its overlay (configs/experiments/) sets, with the scripted rollout and a verifier that needs no
-model. Shared by tests/test_variant_updates.py and scripts/variant_fingerprints.py."""
+model. Shared by tests/test_variant_updates.py and scripts/adapter_fingerprint.py."""
 
 from __future__ import annotations
 
