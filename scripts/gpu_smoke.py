@@ -2,14 +2,18 @@
 
     python scripts/gpu_smoke.py --out gpu_smoke.json [-- LightningCLI overrides ...]
     python scripts/gpu_smoke.py --cpu-dry-run        # the same matrix on the tiny model, on CPU
+    python scripts/gpu_smoke.py --variant league --strategies single --model-dir /tmp/qwen3 ...
 
 For each strategy (one device, FSDP2, DeepSpeed ZeRO-2, ZeRO-3) and each rollout backend (our
 HF decode loop, vLLM), a fresh process runs ``--steps`` Agon steps of the default config
 (``configs/agon.yaml``, callbacks included) with the strategy's shipped overlay, bf16 base
 weights, and prints one table (step time, generation tokens/s, peak memory, adapters/base,
 steps skipped as non-finite, how far each adapter moved, the engine/trainer log-prob
-mismatch under vLLM) and writes it as JSON. Every cell must say ``ok``: a crash is a row
-with its error, and the exit status is 1. What follows ``--`` goes to every run.
+mismatch under vLLM, and the last league and KL metrics a variant logs) and writes it as JSON.
+Every cell must say ``ok``: a crash is a row with its error, and the exit status is 1. What
+follows ``--`` goes to every run. ``--variant NAME`` runs every cell as that shipped variant
+(``configs/experiments/NAME.yaml``, after the strategy's overlay); ``--model-dir`` builds the
+random model there once and reuses it in later invocations.
 
 The ``rank_lengths`` case (``--cases``) runs each multi-process strategy (DDP, FSDP2, ZeRO-2,
 ZeRO-3) on 2 devices with rank 1 decoding more new tokens than rank 0 (a callback sets each
@@ -97,13 +101,24 @@ def cells(strategies: list[str], rollouts: list[str], cases: list[str]) -> list[
     return out
 
 
+def variant_overlay(variant: str) -> Path:
+    """The shipped variant's overlay; an unknown name is refused with the names there are."""
+    path = ROOT / "configs/experiments" / f"{variant}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise SystemExit(f"--variant {variant!r} is not a shipped variant; one of {names}")
+    return path
+
+
 def cli_args(
-    strategy: str, rollout: str, model_dir: str, steps: int, root: Path, cpu: bool, case: str = "plain"
-) -> list[str]:
+    strategy: str, rollout: str, model_dir: str, steps: int, root: Path, cpu: bool, case: str = "plain",
+    variant: str = "agon",
+) -> list[str]:  # fmt: skip
     args = ["--config", str(ROOT / "configs/agon.yaml")]
     overlay = RANK_LENGTHS[strategy] if case == "rank_lengths" else STRATEGIES[strategy]
     if overlay:
         args += ["--config", str(ROOT / overlay)]
+    args += ["--config", str(variant_overlay(variant))]
     args += [
         f"--model.model_name_or_path={model_dir}", "--model.dtype=bfloat16",
         f"--trainer.accelerator={'cpu' if cpu else 'gpu'}", f"--trainer.devices={2 if case == 'rank_lengths' else 1}",
@@ -136,7 +151,7 @@ def rank_lengths_callback(extra_tokens: int) -> object:
 
 def run_one(
     strategy: str, rollout: str, model_dir: str, steps: int, out: Path, cpu: bool, extra: list[str],
-    case: str = "plain",
+    case: str = "plain", variant: str = "agon",
 ) -> None:  # fmt: skip
     """Inside a fresh process (each rank of a rank_lengths cell): one cell of the matrix, its stats to ``out``."""
     import resource
@@ -152,6 +167,7 @@ def run_one(
         "strategy": strategy,
         "rollout": rollout,
         "case": case,
+        "variant": variant,
         "step_s": [],
         "gen_tokens_per_s": [],
         "mismatch": [],
@@ -173,6 +189,9 @@ def run_one(
             stats["gen_tokens_per_s"].append(tokens / float(metrics["time/generate_s"]))
             if "train/logprob_mismatch" in metrics:
                 stats["mismatch"].append(float(metrics["train/logprob_mismatch"]))
+            for key, value in metrics.items():  # the league's and the KL terms' last values
+                if key.startswith("league/") or "kl" in key.split("/")[-1]:
+                    stats.setdefault("variant_metrics", {}).setdefault(key, []).append(float(value))
 
         def on_train_start(self, trainer, pl_module):
             self.start = full_tensors(pl_module.policy)
@@ -188,8 +207,8 @@ def run_one(
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    root = out.parent / f"{strategy}-{rollout}-{case}"
-    args = cli_args(strategy, rollout, model_dir, steps, root, cpu, case) + extra
+    root = out.parent / f"{strategy}-{rollout}-{case}-{variant}"
+    args = cli_args(strategy, rollout, model_dir, steps, root, cpu, case, variant) + extra
     cli = AgonCLI(args=args, run=False)
     # Random weights answer nothing right: a verifier with a signal on any text, so both adapters must move.
     cli.model.verifier = EvenLength()
@@ -222,11 +241,11 @@ def run_one(
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| strategy | rollout | case | status | step s (median) | gen tok/s | peak GiB | adapters/base | skipped | moved (max abs) | logp mismatch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| strategy | rollout | case | variant | status | step s (median) | gen tok/s | peak GiB | adapters/base | skipped | moved (max abs) | logp mismatch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        head = f"| {r['strategy']} | {r['rollout']} | {r.get('case', 'plain')} |"
+        head = f"| {r['strategy']} | {r['rollout']} | {r.get('case', 'plain')} | {r.get('variant', 'agon')} |"
         if "error" in r:
             lines.append(f"{head} FAILED: {r['error'][:120]} | | | | | | | |")
             continue
@@ -255,6 +274,8 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     parser.add_argument("--rollouts", nargs="+", default=list(ROLLOUTS), choices=ROLLOUTS)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--variant", default="agon", help="a shipped variant (configs/experiments/NAME.yaml)")
+    parser.add_argument("--model-dir", help="build the random model here once; reuse it when it is there")
     parser.add_argument("--out", default="gpu_smoke.json")
     parser.add_argument("--cpu-dry-run", action="store_true", help="the same matrix on a tiny Qwen3, on CPU")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per cell")
@@ -266,23 +287,31 @@ def main() -> None:
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.one:
         strategy, rollout, case, model_dir, out = args.one
-        run_one(strategy, rollout, model_dir, args.steps, Path(out), args.cpu_dry_run, extra, case)
+        run_one(
+            strategy, rollout, model_dir, args.steps, Path(out), args.cpu_dry_run, extra, case, args.variant
+        )
         return
+    variant_overlay(args.variant)  # an unknown variant stops before the model is built
     work = Path(tempfile.mkdtemp(prefix="agon-smoke-"))
-    model_dir = work / ("tiny-qwen3-random" if args.cpu_dry_run else "qwen3-0.6b-random")
-    build_model(model_dir, args.cpu_dry_run)
+    model_dir = (
+        Path(args.model_dir)
+        if args.model_dir
+        else work / ("tiny-qwen3-random" if args.cpu_dry_run else "qwen3-0.6b-random")
+    )
+    if not (model_dir / "config.json").is_file():
+        build_model(model_dir, args.cpu_dry_run)
     rows = []
     devices = 2 if args.cpu_dry_run else _gpus()
     for strategy, rollout, case in cells(args.strategies, args.rollouts, args.cases):
         name = f"{strategy}-{rollout}-{case}"
         if case == "rank_lengths" and devices < 2:
-            rows.append({"strategy": strategy, "rollout": rollout, "case": case,
+            rows.append({"strategy": strategy, "rollout": rollout, "case": case, "variant": args.variant,
                          "skipped": f"needs 2 GPUs, {devices} visible (--cpu-dry-run runs it on 2 CPU processes)"})  # fmt: skip
             print(f"{strategy:>16} {rollout:>5} {case}: skipped ({rows[-1]['skipped']})", flush=True)
             continue
         out = work / f"{name}.json"
-        cmd = [sys.executable, __file__, "--steps", str(args.steps), "--one", strategy, rollout, case,
-               str(model_dir), str(out)]  # fmt: skip
+        cmd = [sys.executable, __file__, "--steps", str(args.steps), "--variant", args.variant, "--one", strategy,
+               rollout, case, str(model_dir), str(out)]  # fmt: skip
         cmd += ["--cpu-dry-run"] if args.cpu_dry_run else []
         cmd += ["--", *extra] if extra else []
         started = time.perf_counter()
@@ -294,19 +323,26 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             error = f"timed out after {args.timeout:g} s"
         row = (
-            {"strategy": strategy, "rollout": rollout, "case": case, "error": error}
+            {"strategy": strategy, "rollout": rollout, "case": case, "variant": args.variant, "error": error}
             if error
             else json.loads(out.read_text())
         )
         row["wall_s"] = time.perf_counter() - started
         rows.append(row)
         status = "FAILED " + error if error else "ok"
-        print(f"{strategy:>16} {rollout:>5} {case}: {status} ({row['wall_s']:.0f} s)", flush=True)
+        print(
+            f"{strategy:>16} {rollout:>5} {case} {args.variant}: {status} ({row['wall_s']:.0f} s)", flush=True
+        )
+        if row.get("variant_metrics"):
+            last = {k: round(v[-1], 4) for k, v in sorted(row["variant_metrics"].items())}
+            print(f"{'':>16} last {args.variant} metrics: {last}", flush=True)
     kind = (
         "CPU dry run, tiny Qwen3" if args.cpu_dry_run else "one GPU, Qwen3-0.6B architecture (random weights)"
     )
     print(f"\n### GPU smoke: {kind}, {args.steps} steps per cell, logs in {work}\n\n{table(rows)}")
-    Path(args.out).write_text(json.dumps({"kind": kind, "steps": args.steps, "rows": rows}, indent=2))
+    Path(args.out).write_text(
+        json.dumps({"kind": kind, "steps": args.steps, "variant": args.variant, "rows": rows}, indent=2)
+    )
     print(f"wrote {args.out}")
     sys.exit(1 if any("error" in r for r in rows) else 0)
 

@@ -74,3 +74,41 @@ def test_with_one_gpu_the_case_is_skipped_by_name(monkeypatch, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["strategy"] for r in rows] == ["ddp", "fsdp2", "deepspeed_zero2", "deepspeed_zero3"]
     assert all(r["skipped"].startswith("needs 2 GPUs, 1 visible") for r in rows)
+
+
+def test_a_variant_runs_as_its_shipped_overlay_after_the_strategy(tmp_path):
+    from agon_lightning.cli import AgonCLI
+
+    args = smoke.cli_args("single", "hf", "agon:tiny-qwen3", 2, tmp_path, cpu=True, variant="league")
+    assert args[:4] == [
+        "--config",
+        str(ROOT / "configs/agon.yaml"),
+        "--config",
+        str(smoke.variant_overlay("league")),
+    ]
+    cli = AgonCLI(args=args, run=False)
+    assert cli.model.league.active and cli.model.league.league.probability == 0.25
+
+
+def test_an_unknown_variant_is_refused_by_name_before_anything_is_built(monkeypatch, tmp_path):
+    monkeypatch.setattr(smoke, "build_model", lambda path, cpu: pytest.fail("a model was built"))
+    monkeypatch.setattr(
+        sys, "argv", ["gpu_smoke.py", "--variant", "leage", "--out", str(tmp_path / "o.json")]
+    )
+    with pytest.raises(SystemExit, match="'leage' is not a shipped variant; one of .*'league'"):
+        smoke.main()
+
+
+def test_a_model_dir_that_holds_a_model_is_reused(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setattr(smoke, "build_model", lambda path, cpu: pytest.fail("the model was rebuilt"))
+    monkeypatch.setattr(smoke, "_gpus", lambda: 1)
+    out = tmp_path / "smoke.json"
+    argv = f"gpu_smoke.py --cases rank_lengths --rollouts hf --variant kl_anchor --model-dir {tmp_path} --out {out}"
+    monkeypatch.setattr(sys, "argv", argv.split())
+    with pytest.raises(SystemExit):
+        smoke.main()
+    import json
+
+    saved = json.loads(out.read_text())
+    assert saved["variant"] == "kl_anchor" and {r["variant"] for r in saved["rows"]} == {"kl_anchor"}
