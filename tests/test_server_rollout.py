@@ -20,6 +20,7 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.rollout.server import VLLMServerRollout, check_versions, version_of
 from agon_lightning.rollout.server_http import AdapterVersionError, ReplicaError
+from agon_lightning.rollout.vllm import adapter_state
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
@@ -352,3 +353,44 @@ def test_rank_zero_pushes_for_all_and_a_failure_on_any_rank_stops_every_rank(tmp
     assert zero["versions"] == one["versions"] == ["alpha-v1", "beta-v1", BASE_ID]
     assert zero["admin"] == [["load", "alpha-v1"], ["load", "beta-v1"]] and one["admin"] == []  # rank 0 alone
     assert zero["error"] == one["error"] and "http://a:1 failed on POST /v1/completions" in one["error"]
+
+
+def test_a_league_step_pushes_the_past_drafter_to_the_servers_as_a_versioned_adapter(tmp_path):
+    """A league on sampling servers: the slot goes up as ``alpha_league-vN`` holding the snapshot it was given."""
+    import lightning as L
+    from safetensors.torch import load_file
+
+    from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
+    from agon_lightning.training.league import League
+
+    server = FakeServer("http://a:1")
+    rollout = rollout_on(server, adapter_dir=str(tmp_path))
+    m = AgonModule(
+        model_name_or_path="agon:tiny-qwen3", lora=LoraOptions(r=4, beta_init_std=0.02),
+        grpo=GRPOOptions(num_generations=2), rollout=rollout, verifier=ExactMatchVerifier(),
+        validate_at_start=False, league=League(probability=1.0, max_age=2),
+    )  # fmt: skip
+    held: list[dict[str, torch.Tensor]] = []
+
+    class Watch(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            rival = pl_module.last_record.rival_drafts
+            if rival is not None and rival.adapter == "alpha_league":
+                held.append(adapter_state(pl_module.policy, "alpha_league"))
+
+    L.Trainer(
+        max_epochs=1, limit_train_batches=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path,
+        callbacks=[Watch()],
+    ).fit(m, ReasoningGymDataModule(train_size=12, val_size=2, batch_size=2, val_batch_size=2))  # fmt: skip
+    league_loads = [name for kind, name in server.calls if kind == "load" and name.startswith("alpha_league")]
+    assert held and league_loads, server.calls  # step 2: alpha drafts again and faces its past self
+    assert ("complete", league_loads[-1]) in server.calls  # the rival's drafts came from the pushed version
+    # the servers hold one version of the slot, and it is the snapshot the slot held at that step
+    assert [n for n in server.loras if n.startswith("alpha_league")] == [league_loads[-1]]
+    pushed = load_file(Path(server.loras[league_loads[-1]]) / "adapter_model.safetensors")
+    assert pushed.keys() == held[-1].keys()
+    assert all(torch.equal(pushed[k], held[-1][k]) for k in pushed)
+    # and not alpha as it is now: the past differs from the present after alpha's update
+    now = adapter_state(m.policy, "alpha")
+    assert any(not torch.equal(pushed[k], now[k]) for k in pushed)
