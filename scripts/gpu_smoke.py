@@ -190,7 +190,7 @@ def run_one(
             if "train/logprob_mismatch" in metrics:
                 stats["mismatch"].append(float(metrics["train/logprob_mismatch"]))
             for key, value in metrics.items():  # the league's and the KL terms' last values
-                if key.startswith("league/") or "kl" in key.split("/")[-1]:
+                if key.startswith("league/") or key == "train/kl":
                     stats.setdefault("variant_metrics", {}).setdefault(key, []).append(float(value))
 
         def on_train_start(self, trainer, pl_module):
