@@ -13,6 +13,15 @@ previous checkpoint as it was:
   (:func:`agon_lightning.deploy.bundle.save_bundle`), written by the composed
   :class:`~callbacks.bundle.BundleWriter`.
 
+Each checkpoint gets its SHA-256 beside it (``NAME.ckpt.sha256``, kept in step with the file as
+:mod:`agon_lightning.infra.checksum` describes), and a resume checks it: a truncated or altered
+checkpoint is refused by name, with the newest intact one offered instead.
+
+A fit owns its checkpoint directory (:mod:`~agon_lightning.callbacks.run_lock`): a second fit
+into it while the first lives is refused, and so is a fit from scratch into a directory that
+holds an earlier run's checkpoints, unless it resumes or passes ``overwrite``
+(:mod:`~agon_lightning.callbacks.checkpoint_dir`).
+
 ``last`` is rewritten every ``every_n_train_steps``; ``best-step=S`` follows ``monitor`` and
 is updated after validation. ``agon fit --ckpt_path last`` resumes (the CLI finds ``last``
 through :meth:`AgonCheckpoint.last_checkpoint`; from Python, pass that path as ``ckpt_path``),
@@ -47,7 +56,6 @@ import math
 import os
 import random
 import re
-import shutil
 import signal
 from pathlib import Path
 from typing import Any, Literal
@@ -60,12 +68,20 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from agon_lightning.deploy.bundle import atomic_directory
+from agon_lightning.infra.checksum import (
+    PARTIAL_SUFFIX,
+    publish_with_digest,
+    remove_digests,
+    verify_checkpoint,
+)
 
 from .bundle import DRAFTER_CHOICES, BundleWriter, bundle_dir  # noqa: F401  DRAFTER_CHOICES, bundle_dir: this module's API too
+from .checkpoint_dir import clean_leftovers, clear_checkpoints, earlier_checkpoints, fresh_fit_refusal
 from .interrupt import Interrupted, StopSignals
+from .run_lock import DirectoryRefused, RunLock
+from .verified_io import verify_loads
 
 RNG_KEY = "rng_states"
-PARTIAL_SUFFIX = ".partial"
 
 
 def collect_rng_states() -> dict[str, Any]:
@@ -145,6 +161,9 @@ class AgonCheckpoint(Checkpoint):
             collective whose peer died, or a step longer than that) prints its stacks and exits
             without saving; ``None``: wait for the step however long it takes.
         verbose: Log each save.
+        overwrite: Let a fit from scratch start in a directory holding an earlier run's
+            checkpoints, deleting them (and their bundles) first; without it such a fit is
+            refused. A fit that resumes (``ckpt_path``) never needs it.
 
     Attributes:
         best_model_path: The best checkpoint so far (``""`` before one).
@@ -171,6 +190,7 @@ class AgonCheckpoint(Checkpoint):
         save_on_interrupt: bool = True,
         stop_timeout_s: float | None = 120.0,
         verbose: bool = False,
+        overwrite: bool = False,
     ) -> None:
         if every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
@@ -192,6 +212,7 @@ class AgonCheckpoint(Checkpoint):
         self.save_on_interrupt = save_on_interrupt
         self.stop_timeout_s = stop_timeout_s
         self.verbose = verbose
+        self.overwrite = overwrite
         self.save_weights_only = False
         self.best_model_path = ""
         self.best_model_score: torch.Tensor | None = None
@@ -202,6 +223,8 @@ class AgonCheckpoint(Checkpoint):
         self._rng_to_restore: dict[str, Any] | None = None
         self._signals = StopSignals()
         self._stop_pending = False
+        self._lock = RunLock()
+        self._verified: str | None = None  # the checkpoint verify_resume checked last
 
     @property
     def state_key(self) -> str:
@@ -224,14 +247,50 @@ class AgonCheckpoint(Checkpoint):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.dirpath = trainer.strategy.broadcast(self.directory(trainer))
-        if trainer.is_global_zero and os.path.isdir(self.dirpath):
-            # Leftovers of saves that were killed: ours, and save_bundle's staging directories.
-            for pattern in (f".*{PARTIAL_SUFFIX}", ".*.tmp-*", ".*.old-*"):
-                for leftover in Path(self.dirpath).glob(pattern):
-                    if leftover.is_dir():
-                        shutil.rmtree(leftover)
-                    else:
-                        leftover.unlink()
+        verify_loads(trainer.strategy, self.verify_resume)  # a checkpoint is checked before torch reads it
+        if stage != "fit":
+            return
+        # Global rank zero takes the lock; every rank learns the outcome from one broadcast.
+        refusal = None
+        if trainer.is_global_zero:
+            try:
+                for line in filter(None, [self._lock.acquire(self.dirpath), *clean_leftovers(self.dirpath)]):
+                    rank_zero_info(line)
+            except DirectoryRefused as err:
+                refusal = str(err)
+        refusal = trainer.strategy.broadcast(refusal)
+        if refusal is not None:
+            raise DirectoryRefused(refusal)
+
+    def _claim_directory(self, trainer: L.Trainer) -> None:
+        """Refuse a fit from scratch over an earlier run's checkpoints, or delete them with ``overwrite``.
+
+        At the start of training, the first point where Lightning has said whether it resumed
+        (``trainer.ckpt_path``); every rank calls it (one broadcast).
+        """
+        refusal = None
+        fresh = not (trainer.ckpt_path or trainer.fast_dev_run)  # a fast dev run writes no checkpoint
+        if trainer.is_global_zero and fresh and (found := earlier_checkpoints(self.dirpath)):
+            if self.overwrite:
+                rank_zero_info(clear_checkpoints(found))
+            else:
+                refusal = fresh_fit_refusal(self.dirpath, found)
+        refusal = trainer.strategy.broadcast(refusal)
+        if refusal is not None:
+            raise DirectoryRefused(refusal)
+
+    def verify_resume(self, path: str) -> None:
+        """Check a checkpoint about to be loaded against its digest; logs a note for one without.
+
+        Raises:
+            DamagedCheckpoint: it is truncated or altered (the message names the newest intact one).
+        """
+        if self._verified == path:
+            return
+        note = verify_checkpoint(path)
+        if note:
+            rank_zero_info(note)
+        self._verified = path
 
     # ------------------------------------------------------------------ when
     def _skips(self, trainer: L.Trainer, any_save: bool = True) -> bool:
@@ -357,6 +416,7 @@ class AgonCheckpoint(Checkpoint):
 
     # ------------------------------------------------------------------ interrupts
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._claim_directory(trainer)
         if self.save_on_interrupt and self.save_last and not trainer.fast_dev_run:
             # Before a first step completes there is nothing to save: a signal stops at once.
             self._signals = StopSignals(defer=lambda: trainer.global_step > 0, timeout_s=self.stop_timeout_s)
@@ -382,6 +442,7 @@ class AgonCheckpoint(Checkpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self._signals.restore()
+        self._lock.release()
         if getattr(exception, "resumable", False):  # e.g. a sampling server that went away
             where = (
                 f"--ckpt_path last resumes from {self.last_model_path} (step {self.last_saved_step})"
@@ -392,6 +453,7 @@ class AgonCheckpoint(Checkpoint):
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._signals.restore()
+        self._lock.release()
 
     # ------------------------------------------------------------------ how
     @property
@@ -404,7 +466,7 @@ class AgonCheckpoint(Checkpoint):
         return self.bundle_writer.drafter_for(trainer)
 
     def save(self, trainer: L.Trainer, filepath: str) -> None:
-        """Write the resume state to ``filepath`` atomically, and the adapter bundle beside it.
+        """Write the resume state to ``filepath`` atomically, its digest and the adapter bundle beside it.
 
         Every process calls this (the state and the adapters are gathered); rank zero writes.
         """
@@ -413,7 +475,7 @@ class AgonCheckpoint(Checkpoint):
         # Whole adapters on every rank (a collective under sharding), written by rank zero alone.
         adapters = self.bundle_writer.gather(trainer) if self.bundles else None
         if trainer.is_global_zero:
-            publish(partial, filepath)
+            publish_with_digest(partial, filepath, publish)
             if adapters is not None:
                 self.bundle_writer.write(trainer, filepath, adapters)
         trainer.strategy.barrier("AgonCheckpoint.save")
@@ -426,6 +488,7 @@ class AgonCheckpoint(Checkpoint):
         """Delete a checkpoint that is no longer kept, and its bundle."""
         trainer.strategy.remove_checkpoint(filepath)
         if trainer.is_global_zero:
+            remove_digests(filepath)
             self.bundle_writer.remove(filepath)
 
     # ------------------------------------------------------------------ state

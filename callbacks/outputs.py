@@ -91,4 +91,5 @@ class RunOutputs(L.Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        self._print(trainer)
+        if not getattr(exception, "refused", False):  # a refused run (another run's directory) has no outputs
+            self._print(trainer)

@@ -168,8 +168,10 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(fitted, monkeypatch
     torch.load(last, map_location="cpu", weights_only=False)
     leftovers = list(last.parent.glob(".*.partial"))
     assert leftovers, "the interrupted write should sit in a partial file"
-    fitted.callback.setup(fitted.trainer, fitted.module, "fit")  # the next run cleans up
+    fitted.callback.setup(fitted.trainer, fitted.module, "fit")  # the next run cleans up, holding the lock
     assert not list(last.parent.glob(".*.partial"))
+    fitted.callback.teardown(fitted.trainer, fitted.module, "fit")
+    assert not list(last.parent.glob(".*")), "the lock is released"
 
 
 @pytest.mark.parametrize("ab,ba,choice,expected", [
@@ -198,7 +200,8 @@ def test_bundle_drafter_defaults_to_the_deployed_policy_fixed_before_training():
 def test_rng_states_of_another_world_size_are_not_applied():
     callback = AgonCheckpoint()
     with pytest.warns(UserWarning, match="RNG states of 1 processes and this run has 2"):
-        callback.on_load_checkpoint(SimpleNamespace(world_size=2, global_rank=1), None, {"rng_states": [{}]})
+        trainer = SimpleNamespace(world_size=2, global_rank=1, ckpt_path=None)
+        callback.on_load_checkpoint(trainer, None, {"rng_states": [{}]})
     assert callback._rng_to_restore is None
 
 

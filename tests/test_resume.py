@@ -24,6 +24,7 @@ import lightning as L
 import pytest
 import torch
 
+from agon_lightning.callbacks.run_lock import LOCK_NAME
 from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 
@@ -179,11 +180,14 @@ def assert_resumes_exactly(
     last = root / "checkpoints" / "last.ckpt"
     state = torch.load(last, map_location="cpu", weights_only=False)
     assert state["global_step"] == steps_done and state["agon"]["step"] == steps_done
-    assert not list(last.parent.glob(".*")), "a partial checkpoint was left behind"
+    # A SIGKILLed run leaves its lock (the resume takes it over); nothing else may be left behind.
+    leftovers = [p.name for p in last.parent.glob(".*") if p.name != LOCK_NAME]
+    assert not leftovers, f"a partial checkpoint was left behind: {leftovers}"
 
     code_r, out_r = finish(agon_fit(model_dir, root, *extra, "--ckpt_path", "last"))
     assert code_r == 0, out_r
     assert "not resumable" not in out_r
+    assert not (last.parent / LOCK_NAME).exists(), "the resumed run released its lock"
 
     resumed_dir = root / "lightning_logs" / "version_1"
     for name in ("metrics.csv", "trace_lengths.jsonl", "samples.jsonl"):
@@ -219,6 +223,7 @@ def test_sigkilled_run_resumes_exactly(tiny_model_dir, tmp_path, straight):
     killed = agon_fit(tiny_model_dir, tmp_path / "killed", kill_after=KILL_AFTER)
     code_k, out_k = finish(killed)
     assert code_k == -signal.SIGKILL, f"the run was meant to be SIGKILLed, exit code {code_k}:\n{out_k}"
+    assert (tmp_path / "killed" / "checkpoints" / LOCK_NAME).exists(), "a killed run cannot release its lock"
     assert_resumes_exactly(tiny_model_dir, tmp_path / "killed", straight(), KILL_AFTER)
 
 
@@ -243,6 +248,7 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes_exactly(
     assert code == 128 + signum, f"exit code {code}:\n{out}"
     assert f"{name}: stopped after step {stop_after}; resumable checkpoint" in out, out
     assert "Traceback" not in out, out
+    assert not (root / "checkpoints" / LOCK_NAME).exists(), "a run stopped by a signal releases its lock"
     # the run's last lines still say where its bundle is, and how to resume
     assert f"Outputs of this run:\n  {root / 'checkpoints' / 'last'}  (the last bundle" in out, out
     assert_resumes_exactly(tiny_model_dir, root, straight(), stop_after)

@@ -33,8 +33,10 @@ from agon_lightning.adapters.shared_prompt import (
     shares_prompts,
 )
 from agon_lightning.adapters.snapshots import adapter_state, load_into
+from agon_lightning.adapters.weights_files import weights_file, weights_problem
 from agon_lightning.game.names import BETA
 from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.infra.logprobs import LogitHead
 from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
 
@@ -124,6 +126,13 @@ def attach_adapters(
             raise FileNotFoundError(
                 f"lora.init_from={str(root)!r} lacks adapters {missing} (expected NAME/adapter_config.json)"
             )
+        for name in names:  # a damaged file is named here, not by PEFT's bare SafetensorError
+            weights = weights_file(root / name)
+            if weights is not None and (problem := weights_problem(weights)) is not None:
+                raise UsageError(
+                    f"lora.init_from={str(root)!r}: cannot read {weights} ({problem}: truncated or garbled); "
+                    "start from another bundle (NAME/ beside each NAME.ckpt of a run)"
+                )
         model = PeftModel.from_pretrained(
             base, str(root / names[0]), adapter_name=names[0], is_trainable=True
         )

@@ -12,12 +12,14 @@ from typing import Any
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
 
 from agon_lightning.callbacks import AgonCheckpoint, standard_callbacks, validate_callbacks
 from agon_lightning.callbacks.defaults import STANDARD_NAMES
 from agon_lightning.cli.base import BaseCLI, compact_usage
 from agon_lightning.cli.commands import COMMANDS
 from agon_lightning.data.base import ProblemDataModule
+from agon_lightning.infra.checksum import verify_checkpoint
 from agon_lightning.infra.errors import UsageError
 from agon_lightning.training.module import AgonModule
 
@@ -38,7 +40,10 @@ def default_loggers(save_dir: str) -> list[Any]:
 
 class AgonCLI(BaseCLI):
     """LightningCLI over :class:`AgonModule` and any :class:`ProblemDataModule`; ``--ckpt_path last``
-    must find a checkpoint."""
+    must find a checkpoint, a checkpoint resumed must match its digest, and ``fit --overwrite`` lets
+    a fit from scratch replace an earlier run's checkpoints."""
+
+    overwrite = False  # fit --overwrite, read once the trainer is built
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("model_class", AgonModule)
@@ -64,6 +69,15 @@ class AgonCLI(BaseCLI):
             help=f"standard callbacks to leave out of a fit (every fit gets {', '.join(STANDARD_NAMES)}; "
             "one listed in trainer.callbacks replaces the standard one of its class)",
         )
+        parser.add_argument(
+            "--overwrite",
+            type=bool,
+            nargs="?",
+            const=True,  # a bare --overwrite
+            default=False,
+            help="fit: start from scratch in a checkpoint directory that holds an earlier run's checkpoints, "
+            "deleting them first (without it, such a fit is refused; --ckpt_path last continues that run)",
+        )
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
@@ -73,7 +87,16 @@ class AgonCLI(BaseCLI):
             kwargs["callbacks"] = self.standard_callbacks(trainer_config, standard_callbacks)
         elif self.subcommand == "validate":  # its outcomes.jsonl, whatever the config lists
             kwargs["callbacks"] = self.standard_callbacks(trainer_config, validate_callbacks)
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        self.overwrite = bool(self._get(self.config, "overwrite", default=False))
+        if self.overwrite:
+            for callback in trainer.checkpoint_callbacks:
+                if isinstance(callback, AgonCheckpoint):
+                    callback.overwrite = True
+            # The run's config.yaml (saved at setup from this namespace) does not carry the switch: a copy
+            # reused as --config must never delete the checkpoints of whatever directory it is pointed at.
+            (self.config[self.subcommand] if self.subcommand else self.config)["overwrite"] = False
+        return trainer
 
     def require_last_checkpoint(self) -> None:
         """``--ckpt_path last`` with nothing to resume is an error, not a silent fresh start."""
@@ -99,7 +122,22 @@ class AgonCLI(BaseCLI):
         if ours:  # Lightning resolves "last" for its own ModelCheckpoint only: name the file
             self.config_init[self.subcommand]["ckpt_path"] = max(found, key=os.path.getmtime)
 
-    before_fit = before_validate = before_test = before_predict = require_last_checkpoint
+    def before_fit(self) -> None:
+        """``--ckpt_path last`` must exist and the checkpoint resumed must be intact, before anything loads."""
+        self.require_last_checkpoint()
+        ckpt_path = self.config_init["fit"].get("ckpt_path")
+        if ckpt_path and self.overwrite:
+            raise UsageError(
+                f"--overwrite starts from scratch and --ckpt_path {ckpt_path} resumes; give one of them"
+            )
+        ours = [cb for cb in self.trainer.checkpoint_callbacks if isinstance(cb, AgonCheckpoint)]
+        if ckpt_path and os.path.exists(ckpt_path):  # "best", "hpc" and URLs are Lightning's to resolve
+            if ours:  # remembers that it checked this file, so loading it does not check again
+                ours[0].verify_resume(str(ckpt_path))
+            elif note := verify_checkpoint(ckpt_path):
+                rank_zero_info(note)
+
+    before_validate = before_test = before_predict = require_last_checkpoint
 
 
 def last_of(callback: ModelCheckpoint) -> str:
