@@ -6,10 +6,11 @@ self-play or distillation. Every ``every_n_steps`` steps this logs, under ``dive
 
 * ``delta_distance`` and ``delta_cosine``: Frobenius distance and cosine between the
   adapters' weight updates ΔW = s·B·A, summed over every LoRA module, and each adapter's
-  ``{name}_delta_norm``. They come from r×r Gram matrices; no ΔW is ever formed;
+  ``{name}_delta_norm``. They come from r×r Gram matrices; no ΔW is ever formed. The cosine
+  is left out while an adapter's ΔW is 0 (alpha's, at the start): it has no angle;
 * ``symmetric_kl``: KL(α‖β) + KL(β‖α) of the next-token distributions (temperature 1),
   averaged over the tokens of a fixed probe set, and ``kl_{name}_base``: KL(adapter‖base)
-  on the same tokens;
+  on the same tokens (left out if the probe completions hold no token);
 * ``answer_agreement``: the share of draft/challenge pairs, over the steps since the last
   measurement, whose final answers are equal; ``copy_rate``: equal and both wrong.
 
@@ -102,7 +103,8 @@ def delta_stats(
         )  # fixed order
         out["delta_distance"] = math.sqrt(max(squared[a] + squared[b] - 2 * cross, 0.0))
         norms = math.sqrt(squared[a] * squared[b])
-        out["delta_cosine"] = cross / norms if norms > 0 else 0.0  # alpha's ΔW is 0 at init
+        if norms > 0:  # alpha's ΔW is 0 at init: no angle, no value (not a cosine of 0)
+            out["delta_cosine"] = cross / norms
     return out
 
 
@@ -116,7 +118,7 @@ def mean_token_kls(
     pairs: list[tuple[str, str, str]],
     head: LogitHead = LogitHead(),
 ) -> dict[str, float]:
-    """Mean over the tokens in ``mask`` of KL(p‖q) for each ``(name, p, q)`` of ``pairs``.
+    """Mean over the tokens in ``mask`` of KL(p‖q) for each ``(name, p, q)`` of ``pairs``; ``{}`` without a token.
 
     Args:
         hidden: policy → ``[B, T, H]`` final hidden states at the predicting positions.
@@ -125,6 +127,9 @@ def mean_token_kls(
         pairs: ``(metric name, policy p, policy q)``.
         head: The model's logit scaling and soft-capping.
     """
+    count = int(mask.sum())
+    if not count:  # no token to average over: undefined, not 0 (which would read as a collapse)
+        return {}
     totals = dict.fromkeys((name for name, _, _ in pairs), 0.0)
     for row in range(mask.shape[0]):  # one row's [T, V] logits at a time
         keep = mask[row].bool()
@@ -134,7 +139,6 @@ def mean_token_kls(
         }
         for name, p, q in pairs:
             totals[name] += float((logp[p].exp() * (logp[p] - logp[q])).sum())
-    count = max(int(mask.sum()), 1)
     return {name: total / count for name, total in totals.items()}
 
 
@@ -233,7 +237,7 @@ class DivergenceMonitor(L.Callback):
             pairs += [("kl_ab", names[0], names[1]), ("kl_ba", names[1], names[0])]
         head = whole_parameter(policy, output_weight(policy))  # a shard under ZeRO-3: every rank gathers
         out = mean_token_kls(hidden, head, rb.completion_mask, pairs, logit_head(policy))
-        if len(names) == 2:
+        if len(names) == 2 and out:
             out["symmetric_kl"] = out.pop("kl_ab") + out.pop("kl_ba")
         return out
 
@@ -266,10 +270,9 @@ class DivergenceMonitor(L.Callback):
             reasons.append(
                 f"symmetric KL {metrics['symmetric_kl']:.3g} < min_symmetric_kl={self.min_symmetric_kl}"
             )
-        if self.max_delta_cosine is not None and metrics["delta_cosine"] > self.max_delta_cosine:
-            reasons.append(
-                f"ΔW cosine {metrics['delta_cosine']:.4f} > max_delta_cosine={self.max_delta_cosine}"
-            )
+        cosine = metrics.get("delta_cosine")  # none while an adapter has not moved
+        if self.max_delta_cosine is not None and cosine is not None and cosine > self.max_delta_cosine:
+            reasons.append(f"ΔW cosine {cosine:.4f} > max_delta_cosine={self.max_delta_cosine}")
         if step < self.warmup_steps or not reasons:
             self._collapsed_in_a_row = 0
             return False

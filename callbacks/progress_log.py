@@ -161,11 +161,14 @@ class ProgressLog(L.Callback):
         if self._started is not None:
             self._seconds += time.perf_counter() - self._started
             self._started = None
-        for key, value in trainer.callback_metrics.items():
+        record = getattr(pl_module, "last_record", None)  # the game's; agon sft's module has none
+        # What this step logged: those every step defines (self.log), and those it defined of the rest
+        # (sent to the loggers alone: a rate undefined at a step counts in no mean).
+        logged = {**trainer.callback_metrics, **(record.sparse_metrics if record is not None else {})}
+        for key, value in logged.items():
             if key.startswith("train/"):
                 self._sums[key] += float(value)
                 self._counts[key] += 1
-        record = getattr(pl_module, "last_record", None)  # the game's; agon sft's module has none
         if record is not None:
             self._adapters["draft"].add(record.draft.adapter)
             if record.challenge is not None:

@@ -237,11 +237,13 @@ def test_each_function_is_logged_by_name_mean_and_std_as_trl_logs_it():
     # TRL's nanstd has Bessel's correction: [1, 0] has std sqrt(0.5); one value has none (0 here, NaN in TRL).
     assert function_metrics("reward/", verdicts) == pytest.approx({
         "reward/acc/mean": 0.5, "reward/acc/std": 0.5**0.5, "reward/fmt/mean": 0.5, "reward/fmt/std": 0.0,
+        "reward/acc/none_share": 0.0, "reward/fmt/none_share": 0.5,
     })  # fmt: skip
     three = [Verdict(True, rewards={"acc": x}) for x in (0.0, 0.5, 1.0)]  # deviations -0.5, 0, 0.5
-    assert function_metrics("challenge_reward/", three) == pytest.approx(
-        {"challenge_reward/acc/mean": 0.5, "challenge_reward/acc/std": 0.5}  # sqrt(0.5 / (3 - 1))
-    )
+    assert function_metrics("challenge_reward/", three) == pytest.approx({
+        "challenge_reward/acc/mean": 0.5, "challenge_reward/acc/std": 0.5,  # sqrt(0.5 / (3 - 1))
+        "challenge_reward/acc/none_share": 0.0,
+    })  # fmt: skip
 
 
 def test_a_problem_is_graded_when_it_has_every_column_the_functions_require():

@@ -53,6 +53,9 @@ class StepRecord:
     # A league step: the past drafter's drafts the challenge read instead of the drafter's (not trained).
     rival_drafts: RoleRollout | None = None
     league: dict[str, float] = field(default_factory=dict)  # the league's metrics (training.league)
+    # What the step defined of the metrics a step may leave undefined, over every process, as the loggers got
+    # them (training.step_metrics.sparse_metrics); filled in once the step is done.
+    sparse_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def roles(self) -> list[RoleRollout]:

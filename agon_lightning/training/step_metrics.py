@@ -1,6 +1,18 @@
-"""A training step's logged metrics: accuracy, reward, lengths, each reward function's values, conversions."""
+"""A training step's logged metrics: accuracy, reward, lengths, each reward function's values, conversions.
+
+They come in two kinds, logged two ways. :func:`step_metrics` holds what every step defines; the
+module logs it with ``self.log``. :func:`sparse_metrics` holds what a step may leave undefined: a
+rate over no wrong (or no right) draft, a reward function's mean over no value. Lightning repeats a
+step metric's last value on every later step of its epoch until it is logged again, so such a metric
+logged with ``self.log`` would put a value where none was measured — and a resumed run, with no
+earlier value to repeat, would log something else than an unbroken one. These go to the loggers at
+their step alone instead: a step that does not define one leaves its cell empty.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -9,25 +21,9 @@ from agon_lightning.game.names import ALPHA
 from agon_lightning.game.types import Verdict
 from agon_lightning.training.records import StepRecord
 
-
-def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
-    """``{prefix}<name>/mean`` and ``/std`` of each reward function's values, as TRL logs them.
-
-    Values that are ``None`` (the function does not apply) are left out; a function that applied
-    to no row has no entry. The std is TRL's (``nanstd``: with Bessel's correction), 0 for one value
-    (where TRL's is NaN).
-    """
-    out: dict[str, float] = {}
-    names = dict.fromkeys(name for v in verdicts for name in v.rewards)
-    for name in names:
-        values = torch.tensor(
-            [x for v in verdicts if (x := v.rewards.get(name)) is not None], dtype=torch.float64
-        )
-        if values.numel():
-            out[f"{prefix}{name}/mean"] = float(values.mean())
-            # TRL's nanstd: Bessel-corrected (÷ n − 1); one value has no spread
-            out[f"{prefix}{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
-    return out
+# Per reward function: the completions it was asked about, those it returned None for, the sum and the
+# sum of squares of its values.
+COUNTS = 4
 
 
 def _mean(values: Tensor) -> float:
@@ -35,7 +31,7 @@ def _mean(values: Tensor) -> float:
 
 
 def step_metrics(record: StepRecord) -> dict[str, float]:
-    """The per-step game metrics (accuracy, reward, conversion and regression, lengths)."""
+    """The per-step game metrics every step defines (accuracy, reward, reward terms, lengths)."""
     d = record.draft
     metrics = {
         "train/drafter": float(d.adapter != ALPHA),
@@ -45,12 +41,10 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
         "train/draft/truncation_rate": _mean(d.rollouts.truncated),
         **record.reward_terms,
         **record.league,
-        **function_metrics("reward/", d.verdicts),
     }
     c = record.challenge
     if c is None:
         return metrics
-    metrics.update(function_metrics("challenge_reward/", c.verdicts))
     metrics.update({
         "train/challenge/reward": _mean(c.rewards),
         "train/challenge/accuracy": _mean(c.correct),
@@ -60,6 +54,88 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
     return metrics
 
 
+def sparse_metrics(record: StepRecord, total: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+    """The step's metrics among those a step may leave undefined, from counts summed over every process.
+
+    The conversion and regression rates (:func:`exchange_rates`) and each reward function's
+    :func:`function_stats` (``reward/`` for the drafts, ``challenge_reward/`` for the challenges).
+
+    Args:
+        record: The step.
+        total: Sums a tensor over every process (a collective: every process calls it once a step,
+            with the same shape, since each has the same roles and reward functions); ``None``: one
+            process.
+    """
+    names = function_names(record.draft.verdicts)
+    roles = {"reward/": record.draft}
+    if record.challenge is not None:
+        roles["challenge_reward/"] = record.challenge
+    elif not names:
+        return {}
+    counts = [exchange_counts(record).double()]
+    counts += [function_counts(role.verdicts, names).flatten() for role in roles.values()]
+    sums = torch.cat(counts)
+    sums = (sums if total is None else total(sums)).cpu()
+    metrics = exchange_rates(sums[:4])
+    for prefix, role_sums in zip(roles, sums[4:].view(len(roles), len(names), COUNTS)):
+        metrics.update(function_stats(prefix, names, role_sums))
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward functions' values
+# ---------------------------------------------------------------------------------------------
+def function_names(verdicts: list[Verdict]) -> list[str]:
+    """The reward functions whose values the verdicts hold, in order (none for a verifier without)."""
+    return list(dict.fromkeys(name for v in verdicts for name in v.rewards))
+
+
+def function_counts(verdicts: list[Verdict], names: list[str]) -> Tensor:
+    """``[len(names), 4]`` float64, per function: the completions it was asked about, those it returned
+    ``None`` for (does not apply), and the sum and the sum of squares of its values.
+
+    A completion whose functions raised holds no values: it was asked about by none.
+    """
+    out = torch.zeros(len(names), COUNTS, dtype=torch.float64)
+    for i, name in enumerate(names):
+        asked = [v.rewards[name] for v in verdicts if name in v.rewards]
+        values = [x for x in asked if x is not None]
+        row = [len(asked), len(asked) - len(values), sum(values), sum(x * x for x in values)]
+        out[i] = torch.tensor(row, dtype=torch.float64)
+    return out
+
+
+def function_stats(prefix: str, names: list[str], counts: Tensor) -> dict[str, float]:
+    """``{prefix}<name>/none_share``, and ``/mean`` and ``/std`` where the function returned a value.
+
+    ``none_share`` is the share of the completions it was asked about for which it returned ``None``;
+    mean and std are over its values, as TRL logs them (TRL's ``nanstd``: with Bessel's correction),
+    the std 0 for one value (where TRL's is NaN). ``counts``: :func:`function_counts`, maybe summed
+    over processes.
+    """
+    out: dict[str, float] = {}
+    for name, (asked, none, total, squares) in zip(names, counts.tolist()):
+        if asked:
+            out[f"{prefix}{name}/none_share"] = none / asked
+        n = asked - none
+        if n:
+            mean = total / n
+            out[f"{prefix}{name}/mean"] = mean
+            # TRL's nanstd: Bessel-corrected (÷ n − 1); one value has no spread
+            spread = max(squares - total * mean, 0.0)  # Σ (x − mean)², ≥ 0 against rounding
+            out[f"{prefix}{name}/std"] = math.sqrt(spread / (n - 1)) if n > 1 else 0.0
+    return out
+
+
+def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
+    """:func:`function_stats` of the verdicts of one process."""
+    names = function_names(verdicts)
+    return function_stats(prefix, names, function_counts(verdicts, names))
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions and regressions
+# ---------------------------------------------------------------------------------------------
 def exchange_counts(record: StepRecord) -> Tensor:
     """``[converted, wrong drafts, regressed, right drafts]`` of a step (zeros without a challenger)."""
     if record.challenge is None:

@@ -26,8 +26,10 @@ What comes back: ``None`` (TRL's "does not apply") or NaN drops out of the weigh
 nansum; each value is kept by function name in :attr:`Verdict.rewards` and the sum in
 :attr:`Verdict.reward`. The game needs 0/1 correctness c, read from one rule: the ``correct_if``
 value (a function's, or ``total``) ``>= threshold``; ``None`` there is wrong (reason
-``no_reward``). A function that raises on some rows marks those rows wrong (the error logged and
-named in the reason); one that raises on every row of a batch is a bug, and the error is raised.
+``no_reward``). A function that returns ``None`` for every completion of a batch is named in a
+warning, once, and each step logs its share of ``None`` as ``reward/<name>/none_share``. A function
+that raises on some rows marks those rows wrong (the error logged and named in the reason); one
+that raises on every row of a batch is a bug, and the error is raised.
 A function needing a column the data lacks, or holds only as ``None``, is refused when training
 starts (:meth:`RewardFunctionVerifier.check_problems`): never a silent 0. No gold answer is needed:
 a problem is graded when it has every column the functions require (:meth:`~RewardFunctionVerifier.grades`).
@@ -158,6 +160,7 @@ class RewardFunctionVerifier(Verifier):
         self.score_range = (float(low), float(high))
         self.answer_column = answer_column
         self.conversational = conversational
+        self._told_none: set[str] = set()  # functions that returned None for a whole batch: said once each
 
     @property
     def names(self) -> list[str]:
@@ -278,6 +281,7 @@ class RewardFunctionVerifier(Verifier):
             )
         try:
             table = self.rewards(completions, problems)
+            self._tell_if_none(table)
             return [self.verdict([column[i] for column in table]) for i in range(len(completions))]
         except Exception as err:  # noqa: BLE001 — retried row by row below: which rows does it fail on?
             if len(completions) == 1:
@@ -299,6 +303,20 @@ class RewardFunctionVerifier(Verifier):
         if failures == len(completions):
             raise batch_error
         return verdicts
+
+    def _tell_if_none(self, table: list[list[float | None]]) -> None:
+        """Warn once per function that returned ``None`` (or NaN) for every completion of a batch: it paid nothing."""
+        for path, name, values in zip(self.reward_funcs, self.names, table):
+            if values and name not in self._told_none and all(v is None for v in values):
+                self._told_none.add(name)
+                decides = name == self.correct_if
+                wrong = "; it decides c (correct_if), so every one counted as wrong" if decides else ""
+                log.warning(
+                    "reward function %s returned None (does not apply) for all %d completions of a batch: it "
+                    "paid nothing there%s. Each step logs the share as reward/%s/none_share. Return a number "
+                    "where the function applies, or check the columns it reads (said once per function)",
+                    path, len(values), wrong, name,
+                )  # fmt: skip
 
     def check_problems(self, problems: Sequence[Problem], where: str = "the training problems") -> None:
         """Refuse, at start, a function that needs a column these problems lack or hold only as ``None``.
