@@ -169,7 +169,9 @@ def test_bad_settings_name_the_value(tmp_path):
         read_rows(str(bad))
     with pytest.raises(ValueError, match="min_difficulty \\(8\\.0\\) must be <= max_difficulty"):
         DeepMathDataModule(min_difficulty=8.0, max_difficulty=7.0)
-    with pytest.raises(ValueError, match="11 distinct problems pass the filters; need more than val_size=11"):
+    with pytest.raises(
+        ValueError, match=r"11 distinct problems pass the filters, and data.val_size=11 would hold out all"
+    ):
         DeepMathDataModule(source=str(FIXTURE), val_size=11).setup()
 
 

@@ -23,10 +23,11 @@ import warnings
 from typing import Any, NoReturn
 
 import torch
+from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from agon_lightning.cli.quiet import quiet_dependency_noise
+from agon_lightning.cli.origins import data_origins
 from agon_lightning.cli.registry import (
     available_names,
     entry_point_paths,
@@ -36,6 +37,7 @@ from agon_lightning.cli.registry import (
 )
 from agon_lightning.infra.errors import UsageError, fail, is_verbose, one_line
 from agon_lightning.infra.model_source import check_model_source
+from agon_lightning.infra.quiet import quiet_dependency_noise
 from agon_lightning.strategies import check_strategy_option
 
 PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$', re.DOTALL)
@@ -132,7 +134,7 @@ def building(err: BaseException) -> tuple[str | None, str | None]:
 class BaseCLI(LightningCLI):
     """LightningCLI with :class:`AgonArgumentParser`, plugins loaded, ``--threads``, model and data
     options first in ``--help``, a base-model check before anything loads, usage errors as
-    :class:`UsageError`, and no dependency noise in the log (:mod:`agon_lightning.cli.quiet`).
+    :class:`UsageError`, and no dependency noise in the log (:mod:`agon_lightning.infra.quiet`).
     """
 
     model_source_key = "model.model_name_or_path"  # checked by check_model_source before anything loads
@@ -149,6 +151,7 @@ class BaseCLI(LightningCLI):
         # args and sys.argv are both set.
         if isinstance(args, list):  # --model.rollout=vllm: an entry-point name, as its class path
             args = resolve_component_names(args)
+        self.argv = args if isinstance(args, list) else None  # read again for where data options came from
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
             super().parse_arguments(parser, args)
@@ -196,6 +199,16 @@ class BaseCLI(LightningCLI):
         check_strategy_option(config.get("trainer.strategy"))
 
     def instantiate_classes(self) -> None:
+        self._instantiate_reporting_errors()
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        data, set_origins = config.get("data"), getattr(self.datamodule, "set_origins", None)
+        if callable(set_origins) and self.argv is not None and isinstance(data, Namespace):
+            # messages about a parsed data module's options say who set them (an object given in Python: its owner)
+            set_origins(
+                data_origins(self.argv, data.get("class_path"), vars(data.get("init_args") or Namespace()))
+            )
+
+    def _instantiate_reporting_errors(self) -> None:
         try:
             super().instantiate_classes()
         except (ValueError, MisconfigurationException) as err:

@@ -10,16 +10,22 @@ mid-epoch checkpoint sees exactly the batches an uninterrupted run would have se
 
 from __future__ import annotations
 
+import inspect
+import math
 import random
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from agon_lightning.data.lengths import draft_prompt_lengths, keep_fitting, model_budget
 from agon_lightning.game.types import Problem
+from agon_lightning.infra.errors import UsageError
+
+TooLong = Literal["drop", "error"]
 
 
 class ProblemDataset(Dataset):
@@ -138,27 +144,43 @@ class ResumableDataLoader(DataLoader):
 class ProblemDataModule(L.LightningDataModule):
     """Base class: subclasses return train and validation problems.
 
+    Before a run starts, the data is checked at the door: a training set that fills no batch is
+    refused (:meth:`check_batch`), and the module training on it measures every prompt against the
+    model's context (:meth:`fit_prompts`), before the model loads.
+
     Args:
         batch_size: Problems per training step (P); each is expanded to N rollouts.
         val_batch_size: Problems per validation batch.
         seed: Seed for shuffling the training problems.
         num_workers: DataLoader workers (0 keeps problem generation in the main process).
+        too_long: A problem whose prompt leaves no room for the completion budget in the model's
+            context: ``drop`` leaves it out and says how many in the log; ``error`` refuses the
+            data. Never truncated.
     """
 
     def __init__(
-        self, batch_size: int = 4, val_batch_size: int = 50, seed: int = 0, num_workers: int = 0
+        self,
+        batch_size: int = 4,
+        val_batch_size: int = 50,
+        seed: int = 0,
+        num_workers: int = 0,
+        too_long: TooLong = "drop",
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if val_batch_size < 1:
             raise ValueError(f"val_batch_size must be >= 1, got {val_batch_size}")
+        if too_long not in get_args(TooLong):
+            raise ValueError(f"too_long must be one of {get_args(TooLong)}, got {too_long!r}")
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size
         self.seed = seed
         self.num_workers = num_workers
+        self.too_long = too_long
         self._train: list[Problem] | None = None
         self._val: list[Problem] | None = None
+        self._origins: dict[str, str] = {}
 
     @abstractmethod
     def load_train(self) -> list[Problem]:
@@ -176,7 +198,98 @@ class ProblemDataModule(L.LightningDataModule):
         if self._train is None:
             self._train, self._val = self.load_splits()
             if not self._train:
-                raise ValueError(f"{type(self).__name__} produced no training problems")
+                raise UsageError(f"{self.describe()} produced no training problems")
+        if stage == "fit":
+            self.check_batch()
+
+    # ------------------------------------------------------------------ checks at the door
+    def describe(self) -> str:
+        """The source, for messages (subclasses add their file or dataset to the class name)."""
+        return type(self).__name__
+
+    def set_origins(self, origins: Mapping[str, str]) -> None:
+        """Where options' values came from (``{"val_size": "set in configs/agon.yaml"}``), for messages.
+
+        The CLI, which knows the command line and the config files, tells; a value without an
+        origin is said to be the class's default when it equals it.
+        """
+        self._origins.update(origins)
+
+    def option(self, name: str) -> str:
+        """``data.NAME=VALUE`` and where the value came from, where known: what a message names."""
+        value = getattr(self, name)
+        origin = self._origins.get(name)
+        if origin is None:
+            parameter = inspect.signature(type(self)).parameters.get(name)
+            if parameter is not None and parameter.default == value:
+                origin = f"the default of {type(self).__name__}"
+        return f"data.{name}={value}" + (f" ({origin})" if origin else "")
+
+    def check_batch(self) -> None:
+        """Refuse training problems too few for one batch on each device.
+
+        The training loader drops an incomplete last batch (every step takes ``batch_size``
+        problems), so such a run would take no step and save nothing.
+
+        Raises:
+            UsageError: fewer training problems per device than ``batch_size``.
+        """
+        train, val = self.train_problems, self.val_problems
+        devices = max(1, int(getattr(self.trainer, "world_size", 1) or 1))
+        per_device = math.ceil(len(train) / devices)
+        if per_device >= self.batch_size:
+            return
+        if hasattr(self, "val_size"):
+            counted = f"{_count(len(train), 'training problem')} left after {self.option('val_size')} held out {len(val)}"
+        else:
+            counted = f"{_count(len(train), 'training problem')} ({len(val)} held out)"
+        spread = f", {per_device} on each of {devices} devices" if devices > 1 else ""
+        fewer = ", hold out fewer" if val and hasattr(self, "val_size") else ""
+        raise UsageError(
+            f"{self.describe()}: {counted}{spread}, fewer than one batch of {self.option('batch_size')}: "
+            f"the run would take no step; set --data.batch_size to at most {per_device}{fewer}, or add problems"
+        )
+
+    def fit_prompts(
+        self,
+        stage: str,
+        model_path: str,
+        draft_prompt: Callable[[Any, Problem], str],
+        max_new_tokens: int,
+        max_model_len: int | None = None,
+    ) -> None:
+        """Leave out (``too_long: drop``) or refuse (``error``) the problems whose drafter prompt leaves
+        no room for ``max_new_tokens`` in the model's context — the training problems for ``fit``, the
+        held-out ones for ``fit``, ``validate`` and ``test`` — then :meth:`check_batch` again for ``fit``.
+
+        Reads the model's config and tokenizer only: no weights (:mod:`agon_lightning.data.lengths`).
+
+        Args:
+            stage: Lightning's stage.
+            model_path: The model's directory or Hub id.
+            draft_prompt: Builds the drafter's prompt from the tokenizer and a problem
+                (``Prompts.draft_prompt``).
+            max_new_tokens: The completion budget.
+            max_model_len: A rollout backend's own limit on prompt + completion (``None``: none).
+
+        Raises:
+            UsageError: a prompt too long with ``too_long: error``, or every prompt of a set too long.
+        """
+        sets = {"fit": ("train", "val"), "validate": ("val",), "test": ("val",)}.get(stage, ())
+        budget = model_budget(model_path, max_new_tokens, max_model_len) if sets else None
+        if budget is None:
+            return
+        from transformers import AutoTokenizer
+
+        lengths = draft_prompt_lengths(AutoTokenizer.from_pretrained(model_path), draft_prompt)
+        if "train" in sets:
+            what = f"training problems of {self.describe()}"
+            self._train = keep_fitting(self.train_problems, lengths, budget, self.too_long, what)
+        if "val" in sets and self.val_problems:
+            what = f"held-out problems of {self.describe()}"
+            self._val = keep_fitting(self.val_problems, lengths, budget, self.too_long, what)
+        if stage == "fit":
+            self.check_batch()
 
     @property
     def train_problems(self) -> list[Problem]:
@@ -239,10 +352,32 @@ class SplitSourceDataModule(ProblemDataModule):
         return self.val_problems
 
 
-def split_holdout(problems: list[Problem], val_size: int, seed: int) -> tuple[list[Problem], list[Problem]]:
-    """Deterministically split off ``val_size`` problems (same seed → same split)."""
+def _count(n: int, noun: str) -> str:
+    """``1 training problem is``, ``2 training problems are``."""
+    return f"{n} {noun} is" if n == 1 else f"{n} {noun}s are"
+
+
+def split_holdout(
+    problems: list[Problem], val_size: int, seed: int, where: str = "the source", option: str | None = None
+) -> tuple[list[Problem], list[Problem]]:
+    """Deterministically split off ``val_size`` problems (same seed → same split).
+
+    Args:
+        problems: Every problem of the source.
+        val_size: How many to hold out.
+        seed: Seed of the split.
+        where: The source, for the message.
+        option: How the message names ``val_size`` (default ``val_size=VALUE``): the option and
+            where its value came from.
+
+    Raises:
+        UsageError: ``val_size`` is negative or leaves no problem to train on.
+    """
     if not 0 <= val_size < len(problems):
-        raise ValueError(f"val_size must be in [0, {len(problems)}), got {val_size}")
+        raise UsageError(
+            f"{option or f'val_size={val_size}'} leaves no problem to train on: {where} holds {len(problems)}; "
+            f"set --data.val_size to at most {max(len(problems) - 1, 0)} (0: no validation)"
+        )
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
     val_idx = set(order[:val_size])

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agon_lightning.data.base import SplitSourceDataModule
+from agon_lightning.data.base import SplitSourceDataModule, TooLong
 from agon_lightning.data.reader import read_rows
 from agon_lightning.data.sampling import seeded_split
 from agon_lightning.game.types import Problem
@@ -127,6 +127,8 @@ class CodeContestsDataModule(SplitSourceDataModule):
         max_tests: Keep at most this many tests per problem (generated tests can run to hundreds).
         train_size: Keep a seeded sample of at most this many training problems (after
             filtering; ``None``: all).
+        too_long: Problems whose prompt leaves no room for the completion in the model's context:
+            ``drop`` (counted in the log) or ``error`` (see :class:`~agon_lightning.data.base.ProblemDataModule`).
     """
 
     def __init__(
@@ -148,10 +150,12 @@ class CodeContestsDataModule(SplitSourceDataModule):
         val_batch_size: int = 16,
         seed: int = 0,
         num_workers: int = 0,
+        too_long: TooLong = "drop",
     ) -> None:
         super().__init__(
-            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
-        )
+            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
+            too_long=too_long,
+        )  # fmt: skip
         self.test_sets = list(TEST_SETS) if test_sets is None else test_sets
         unknown = sorted(set(self.test_sets) - set(TEST_SETS))
         if unknown or not self.test_sets:
@@ -190,6 +194,9 @@ class CodeContestsDataModule(SplitSourceDataModule):
             if self.keep(row)
         ]
 
+    def describe(self) -> str:
+        return f"{type(self).__name__} {self.train_path!r}"
+
     def load_splits(self) -> tuple[list[Problem], list[Problem]]:
         # Read the training source once; carve the held-out set from it when there is no val_path.
         problems = self.load(self.train_path, self.train_split)
@@ -197,7 +204,15 @@ class CodeContestsDataModule(SplitSourceDataModule):
         if self.val_path:
             train, _ = seeded_split(problems, name_identity, 0, self.train_size, self.split_seed, where)
             return train, self.load(self.val_path, self.val_split)
-        return seeded_split(problems, name_identity, self.val_size, self.train_size, self.split_seed, where)
+        return seeded_split(
+            problems,
+            name_identity,
+            self.val_size,
+            self.train_size,
+            self.split_seed,
+            where,
+            self.option("val_size"),
+        )
 
 
 def name_identity(problem: Problem) -> str:

@@ -21,10 +21,11 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from agon_lightning.data.base import SplitSourceDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, TooLong, split_holdout
 from agon_lightning.data.files import ProblemFields, problem_rows, problems_of
 from agon_lightning.data.reader import EVAL_SPLITS, RawRow, dataset_rows, pick_split
 from agon_lightning.game.types import Problem
+from agon_lightning.infra.errors import UsageError
 
 ACCEPTED = "a datasets.Dataset, IterableDataset, DatasetDict or IterableDatasetDict"
 
@@ -52,11 +53,11 @@ def capped(rows: Iterator[RawRow], where: str, max_rows: int) -> Iterator[RawRow
     """``rows`` of a streamed dataset, refusing more than ``max_rows`` of them.
 
     Raises:
-        ValueError: there are more than ``max_rows`` rows.
+        UsageError: there are more than ``max_rows`` rows.
     """
     for count, row in enumerate(itertools.islice(rows, max_rows + 1), start=1):
         if count > max_rows:
-            raise ValueError(
+            raise UsageError(
                 f"{where} is an IterableDataset of more than max_rows={max_rows} rows, read into memory "
                 "before training; train on part of it with .take(n), or raise max_rows"
             )
@@ -85,6 +86,8 @@ class DatasetDataModule(SplitSourceDataModule):
         val_batch_size: Problems per validation (and prediction) batch.
         seed: Seed for shuffling the training problems.
         num_workers: DataLoader workers.
+        too_long: Problems whose prompt leaves no room for the completion in the model's context:
+            ``drop`` (counted in the log) or ``error`` (see :class:`ProblemDataModule`).
 
     Raises:
         TypeError: a dataset of another kind.
@@ -104,10 +107,12 @@ class DatasetDataModule(SplitSourceDataModule):
         val_batch_size: int = 50,
         seed: int = 0,
         num_workers: int = 0,
+        too_long: TooLong = "drop",
     ) -> None:
         super().__init__(
-            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
-        )
+            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
+            too_long=too_long,
+        )  # fmt: skip
         if val_size < 0:
             raise ValueError(f"val_size must be >= 0, got {val_size}")
         if max_rows < 1:
@@ -155,6 +160,8 @@ class DatasetDataModule(SplitSourceDataModule):
         elif eval_split is not None:
             val = self._problems(self.train_dataset, "train_dataset", eval_split)
         else:
-            problems, val = split_holdout(problems, self.val_size, self.split_seed)
+            problems, val = split_holdout(
+                problems, self.val_size, self.split_seed, "train_dataset", self.option("val_size")
+            )
         rank_zero_info(f"DatasetDataModule: {len(problems)} training and {len(val)} held-out problems")
         return problems, val

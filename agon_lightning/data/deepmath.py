@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agon_lightning.data import reader
-from agon_lightning.data.base import SplitSourceDataModule
+from agon_lightning.data.base import SplitSourceDataModule, TooLong
 from agon_lightning.data.sampling import seeded_split
 from agon_lightning.game.types import Problem
 
@@ -137,6 +137,8 @@ class DeepMathDataModule(SplitSourceDataModule):
         val_size: Held-out problems, sampled from the filtered rows.
         split_seed: Seed of the sample (held-out and training problems alike).
         train_size: Training problems, sampled from the rest (``None``: all of them).
+        too_long: Problems whose prompt leaves no room for the completion in the model's context:
+            ``drop`` (counted in the log) or ``error`` (see :class:`~agon_lightning.data.base.ProblemDataModule`).
     """
 
     def __init__(
@@ -154,10 +156,12 @@ class DeepMathDataModule(SplitSourceDataModule):
         val_batch_size: int = 50,
         seed: int = 0,
         num_workers: int = 0,
+        too_long: TooLong = "drop",
     ) -> None:
         super().__init__(
-            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
-        )
+            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
+            too_long=too_long,
+        )  # fmt: skip
         if min_difficulty is not None and max_difficulty is not None and min_difficulty > max_difficulty:
             raise ValueError(
                 f"min_difficulty ({min_difficulty}) must be <= max_difficulty ({max_difficulty})"
@@ -181,6 +185,9 @@ class DeepMathDataModule(SplitSourceDataModule):
         if not Path(self.source).expanduser().exists():
             reader.load_hub(self.source, self.split, columns=COLUMNS)
 
+    def describe(self) -> str:
+        return f"{type(self).__name__} {self.source!r}"
+
     def load_splits(self) -> tuple[list[Problem], list[Problem]]:
         rows = read_rows(self.source, self.split)
         problems = select_problems(
@@ -191,8 +198,9 @@ class DeepMathDataModule(SplitSourceDataModule):
             f"topics {self.topics}, drop_binary={self.drop_binary})"
         )
         train, val = seeded_split(
-            problems, question_identity, self.val_size, self.train_size, self.split_seed, where
-        )
+            problems, question_identity, self.val_size, self.train_size, self.split_seed, where,
+            self.option("val_size"),
+        )  # fmt: skip
         log.info("DeepMath: %d training and %d held-out problems from %s", len(train), len(val), self.source)
         return train, val
 

@@ -24,9 +24,10 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from agon_lightning.data.base import SplitSourceDataModule, split_holdout
+from agon_lightning.data.base import SplitSourceDataModule, TooLong, split_holdout
 from agon_lightning.data.reader import RawRow, iter_rows
 from agon_lightning.game.types import Problem
+from agon_lightning.infra.errors import UsageError
 
 MAX_LISTED_ERRORS = 10
 # The automatic choices, in order: TRL's prompt column first.
@@ -196,28 +197,39 @@ def read_problem_rows(
 
 
 def problems_of(rows: list[ProblemRow], what: str) -> list[Problem]:
-    """The problems of ``rows``; any bad row is an error.
+    """The problems of ``rows``; no row, or any bad row, is an error.
 
     Raises:
-        ValueError: some rows are bad (the first few are listed with their file and line).
+        UsageError: there is no row, or some rows are bad (the first few are listed with their
+            file and line).
     """
+    if not rows:
+        raise UsageError(f"{what} holds no rows (an empty file?); give a source with at least one problem")
     errors = [r.error for r in rows if r.error is not None]
     if errors:
         listed = "\n  ".join(errors[:MAX_LISTED_ERRORS])
         more = f"\n  … and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
-        raise ValueError(f"{len(errors)} of {len(rows)} rows of {what} are bad:\n  {listed}{more}")
+        raise UsageError(f"{len(errors)} of {len(rows)} rows of {what} are bad:\n  {listed}{more}")
     return [r.problem for r in rows if r.problem is not None]
 
 
 def load_problems(
-    source: str, fields: ProblemFields | None = None, split: str = "train", subset: str | None = None
+    source: str,
+    fields: ProblemFields | None = None,
+    split: str = "train",
+    subset: str | None = None,
+    what: str | None = None,
 ) -> list[Problem]:
-    """All problems of ``source`` (see :func:`read_problem_rows`); any bad row is an error.
+    """All problems of ``source`` (see :func:`read_problem_rows`); no row, or any bad row, is an error.
+
+    Args:
+        what: How messages name the source (default: ``repr(source)``).
 
     Raises:
-        ValueError: some rows are bad (the first few are listed with their file and line).
+        UsageError: there is no row, or some rows are bad (the first few are listed with their
+            file and line).
     """
-    return problems_of(read_problem_rows(source, fields, split, subset), repr(source))
+    return problems_of(read_problem_rows(source, fields, split, subset), what or repr(source))
 
 
 def problem_to_row(problem: Problem) -> dict[str, Any]:
@@ -268,6 +280,8 @@ class FileProblemDataModule(SplitSourceDataModule):
         val_batch_size: Problems per validation (and prediction) batch.
         seed: Seed for shuffling the training problems.
         num_workers: DataLoader workers.
+        too_long: Problems whose prompt leaves no room for the completion in the model's context:
+            ``drop`` (counted in the log) or ``error`` (see :class:`ProblemDataModule`).
     """
 
     def __init__(
@@ -284,10 +298,12 @@ class FileProblemDataModule(SplitSourceDataModule):
         val_batch_size: int = 50,
         seed: int = 0,
         num_workers: int = 0,
+        too_long: TooLong = "drop",
     ) -> None:
         super().__init__(
-            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
-        )
+            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
+            too_long=too_long,
+        )  # fmt: skip
         if val_size < 0:
             raise ValueError(f"val_size must be >= 0, got {val_size}")
         if val_source is not None and val_size:
@@ -301,11 +317,20 @@ class FileProblemDataModule(SplitSourceDataModule):
         self.fields = fields
         self.split_seed = split_seed
 
+    def describe(self) -> str:
+        return f"{type(self).__name__} {self.train_source!r}"
+
     def load_splits(self) -> tuple[list[Problem], list[Problem]]:
-        problems = load_problems(self.train_source, self.fields, self.split, self.subset)
+        train = f"data.train_source {self.train_source!r}"
+        problems = load_problems(self.train_source, self.fields, self.split, self.subset, train)
         if self.val_source is None:
-            problems, val = split_holdout(problems, self.val_size, self.split_seed)
+            problems, val = split_holdout(
+                problems, self.val_size, self.split_seed, train, self.option("val_size")
+            )
         else:
-            val = load_problems(self.val_source, self.fields, self.val_split or self.split, self.subset)
+            val_source = f"data.val_source {self.val_source!r}"
+            val = load_problems(
+                self.val_source, self.fields, self.val_split or self.split, self.subset, val_source
+            )
         rank_zero_info(f"FileProblemDataModule: {len(problems)} training and {len(val)} held-out problems")
         return problems, val

@@ -126,24 +126,48 @@ def dataset_rows(
 
 
 def _json_rows(path: Path) -> Iterator[RawRow]:
-    """The rows of a JSON-lines file, or of a ``.json`` file holding one array."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
+    """The rows of a JSON-lines file, or of a ``.json`` file holding one array.
+
+    The file is read as UTF-8 line by line: a line that is not UTF-8 is a bad row named by its
+    line (as one that is not JSON is), and a ``.json`` array that is not is refused at its line.
+    """
+    data = path.read_bytes()
+    if path.suffix == ".json" and data.lstrip().startswith(b"["):
         try:
-            rows = json.loads(text)
+            rows = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            lineno = data.count(b"\n", 0, err.start) + 1
+            yield f"{path}:{lineno}", None, not_utf8(err, data.rfind(b"\n", 0, err.start) + 1)
+            return
         except json.JSONDecodeError as err:
             yield f"{path}:{err.lineno}", None, f"not valid JSON ({err.msg} at column {err.colno})"
             return
         for n, row in enumerate(rows, start=1):
             yield f"{path} item {n}", row, None
         return
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # Split on \n (and \r\n) only, as JSON lines are: str.splitlines would also split inside a
+    # string holding U+2028 or a form feed.
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            yield f"{path}:{lineno}", None, not_utf8(err)
+            continue
         if not line.strip():
             continue
         try:
             yield f"{path}:{lineno}", json.loads(line), None
         except json.JSONDecodeError as err:
             yield f"{path}:{lineno}", None, f"not valid JSON ({err.msg} at column {err.colno})"
+
+
+def not_utf8(err: UnicodeDecodeError, line_start: int = 0) -> str:
+    """Why a line could not be read: the first byte that is not UTF-8, and its column in the line
+    that starts at offset ``line_start`` of what was decoded."""
+    return (
+        f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at column {err.start - line_start + 1}); "
+        "save the file as UTF-8"
+    )
 
 
 def _arrow_rows(path: Path, columns: Sequence[str] | None) -> Iterator[RawRow]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agon_lightning.data.base import ProblemDataModule
+from agon_lightning.data.base import ProblemDataModule, TooLong
 from agon_lightning.data.holdout import HashHoldout, distinct
 from agon_lightning.game.types import SPLIT, Problem
 
@@ -196,6 +196,8 @@ class ReasoningGymDataModule(ProblemDataModule):
             training never draws from it, and ``val_size`` / ``hard_size`` count distinct problems
             of it (``val_size: null``: all of it, for an enumerable task). ``None``: the held-out
             sets are draws from their own seeds, their statements dropped from training.
+        too_long: Problems whose prompt leaves no room for the completion in the model's context:
+            ``drop`` (counted in the log) or ``error`` (see :class:`~agon_lightning.data.base.ProblemDataModule`).
     """
 
     def __init__(
@@ -214,10 +216,12 @@ class ReasoningGymDataModule(ProblemDataModule):
         hard_seed: int = 30_001,
         question_format: str | None = None,
         holdout: HashHoldout | None = None,
+        too_long: TooLong = "drop",
     ) -> None:
         super().__init__(
-            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers
-        )
+            batch_size=batch_size, val_batch_size=val_batch_size, seed=seed, num_workers=num_workers,
+            too_long=too_long,
+        )  # fmt: skip
         if data_seed == val_seed:
             raise ValueError(f"val_seed must differ from data_seed (both {data_seed})")
         if hard_tasks is not None and hard_seed in (data_seed, val_seed):

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from agon_lightning.game.types import Problem
+from agon_lightning.infra.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def seeded_split(
     train_size: int | None,
     seed: int,
     name: str,
+    option: str | None = None,
 ) -> tuple[list[Problem], list[Problem]]:
     """``(train, val)``: ``val_size`` held-out problems and up to ``train_size`` training ones.
 
@@ -45,14 +47,23 @@ def seeded_split(
         train_size: Training problems (``None``: all the rest).
         seed: Seed of the order.
         name: The source, for messages.
+        option: How messages name ``val_size`` (default ``val_size=VALUE``): the option and where
+            its value came from.
+
+    Raises:
+        UsageError: no more distinct problems than ``val_size``, so none would be left to train on.
     """
     ranked = sorted(problems, key=lambda p: (rank(identity(p), seed), identity(p), p.answer or ""))
     unique = [p for i, p in enumerate(ranked) if i == 0 or identity(p) != identity(ranked[i - 1])]
     if len(unique) < len(ranked):
         log.info("%s: dropped %d repeated problems", name, len(ranked) - len(unique))
     if len(unique) <= val_size:
-        raise ValueError(
-            f"{name}: {len(unique)} distinct problems pass the filters; need more than val_size={val_size}"
+        if not unique:
+            raise UsageError(f"{name}: no problem passes the filters; widen them, or check the source")
+        raise UsageError(
+            f"{name}: {len(unique)} distinct problems pass the filters, and {option or f'val_size={val_size}'} "
+            f"would hold out all of them, leaving none to train on; set --data.val_size below {len(unique)}, "
+            "or widen the filters"
         )
     val, rest = unique[:val_size], unique[val_size:]
     if train_size is not None and len(rest) < train_size:

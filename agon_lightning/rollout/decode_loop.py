@@ -44,6 +44,7 @@ from torch.nn import functional as F
 
 from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.peft_boundary import active_adapter, our_name
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.rollout.plain import Activation, RotaryTable, activation_unsupported, plain_activation
 from agon_lightning.rollout.sampling import drawn_logprobs, is_sharded
 
@@ -150,6 +151,7 @@ class Weights:
     intermediate: int
     eps: float
     scaling: float
+    context: int | None = None  # the model's max_position_embeddings: no longer prompt is prefilled
 
 
 # ---------------------------------------------------------------------------- what is supported
@@ -323,7 +325,7 @@ def weights(model: nn.Module, adapter: str | None) -> Weights:
         act=plain_activation(first.mlp.act_fn, getattr(config, "hidden_act", None)),
         heads=config.num_attention_heads, kv_heads=config.num_key_value_heads, head_dim=first.self_attn.head_dim,
         intermediate=first.mlp.gate_proj.out_features, eps=float(config.rms_norm_eps),
-        scaling=float(first.self_attn.scaling),
+        scaling=float(first.self_attn.scaling), context=getattr(config, "max_position_embeddings", None),
     )  # fmt: skip
 
 
@@ -453,6 +455,27 @@ def _next_tokens(
     return token, drawn_logprobs(scores, token)
 
 
+def check_prompt_fits(attn: Tensor, context: int | None) -> None:
+    """Refuse prompts (``attn`` ``[B, P]``, 1 on a prompt's tokens) longer than ``context`` tokens.
+
+    The data is checked against the context when a run starts
+    (:mod:`agon_lightning.data.lengths`); this is the second line, for a prompt built during the
+    run (a challenger's, which holds the rival's summary) or handed over by other code.
+    """
+    if context is None or attn.shape[1] <= context:
+        return
+    lengths = attn.sum(dim=1)
+    longest = int(lengths.max())
+    if longest > context:
+        over = int((lengths > context).sum())
+        raise UsageError(
+            f"a prompt to sample has {longest} tokens, more than the model's context of {context} "
+            f"(max_position_embeddings; {over} of the batch's {len(lengths)} rows are over it); shorten the "
+            "prompts (the problems, the prompt templates, the summarizer's output), or take a model with a "
+            "longer context"
+        )
+
+
 @torch.no_grad()
 def decode(
     w: Weights,
@@ -472,9 +495,14 @@ def decode(
 
     Args:
         counts: ``[G]`` consecutive rows per distinct prompt (each is prefilled once); ``None``: every row.
+
+    Raises:
+        UsageError: a prompt is longer than the model's context (checked before anything is
+            allocated: the prefill's mask alone grows with the square of the prompt).
     """
     device = ids.device
     total, width = ids.shape
+    check_prompt_fits(attn, w.context)
     eos = torch.tensor(eos_ids, device=device)
     capacity = width + min(max_new_tokens, CACHE_CHUNK)
     table_cos, table_sin = w.rotary(torch.arange(width + max_new_tokens, device=device)[None], w.embed.dtype)

@@ -106,6 +106,8 @@ class HFRollout(Rollout):
             if adapter_names is None
             else [our_name(n) for n in adapter_names for _ in range(num_samples)]
         )
+        # Before either path allocates: generate() would fill a cache for a prompt past the context too.
+        decode.check_prompt_fits(attn, getattr(model.config, "max_position_embeddings", None))
         reason = decode.unsupported(model, kwargs) if self.fused_decode else "fused_decode is off"
         if reason is None:
             completion, logprobs = self._decode(

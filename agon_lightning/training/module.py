@@ -36,6 +36,7 @@ from agon_lightning.adapters.policy import (
     generating,
     load_base,
     logit_head,
+    resolve_model_path,
     sample_with,
 )
 from agon_lightning.adapters.snapshots import AdapterHistory, check_adapter_state
@@ -57,10 +58,12 @@ from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.league import League, LeaguePlay, load_past
 from agon_lightning.training.options import GRPOOptions
 from agon_lightning.training.records import RoleRollout, StepRecord
+from agon_lightning.training.resume_check import check_saved_shapes
 from agon_lightning.training.step_metrics import (
     exchange_counts,
     exchange_rates,
     function_metrics,
+    sparse_metrics,
     step_metrics,
 )
 from agon_lightning.training.update import (
@@ -256,10 +259,16 @@ class AgonModule(L.LightningModule):
             config.setdefault("gradient_clipping", self.max_grad_norm)
 
     def _check_problems(self, stage: str) -> None:
-        """The verifier's start-time check (a reward function's column missing, say) on the data to be read."""
+        """The start-time checks on the data to be read, before the model loads: prompts that leave no room
+        for the completion (dropped or refused, ``data.too_long``), then the verifier's (a reward function's
+        column missing, say)."""
         data = getattr(self.trainer, "datamodule", None)
         if not isinstance(data, ProblemDataModule):
             return
+        data.fit_prompts(
+            stage, resolve_model_path(self.model_name_or_path), self.prompts.draft_prompt, self.rollout.max_new_tokens,
+            getattr(self.rollout, "max_model_len", None),
+        )  # fmt: skip
         if stage == "fit":
             self.verifier.check_problems(data.train_problems, "the training problems")
         if stage in ("fit", "validate", "test"):
@@ -435,12 +444,14 @@ class AgonModule(L.LightningModule):
         metrics["time/update_s"] = t2 - t1
         metrics.update(ahead)  # sampling ahead: how far behind this step's samples were, what it cost
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=True)
-        if record.challenge is not None:
-            # Rates from counts summed over every process, so each rank logs the same keys (no DDP hang).
-            counts = self.trainer.strategy.reduce(exchange_counts(record).to(self.device), reduce_op="sum")
-            rates = exchange_rates(counts.cpu())
-            if rates:
-                self.log_dict(rates, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=False)
+        # What a step may leave undefined, from counts summed over every process, straight to the loggers at
+        # this step: self.log would repeat the last value on later steps (see training.step_metrics).
+        record.sparse_metrics = sparse_metrics(
+            record, lambda t: self.trainer.strategy.reduce(t.to(self.device), reduce_op="sum")
+        )
+        if record.sparse_metrics and (record.step + 1) % self.trainer.log_every_n_steps == 0:
+            for logger in self.loggers:
+                logger.log_metrics(record.sparse_metrics, step=record.step)
         self.last_record = record
         self.agon_step += 1
 
@@ -527,8 +538,12 @@ class AgonModule(L.LightningModule):
         # Once configure_model has run, the adapters the checkpoint must hold are known. (DeepSpeed
         # keeps module weights in its own files: there is no "state_dict" here to check.)
         if self.policy is not None and "state_dict" in checkpoint:
-            names = [n for n, _ in self.named_parameters()]
-            check_adapter_state(self.adapter_state_keys(names), checkpoint["state_dict"], state)
+            shapes = {n: tuple(p.shape) for n, p in self.named_parameters()}
+            check_adapter_state(self.adapter_state_keys(list(shapes)), checkpoint["state_dict"], state)
+            # another lora.r (or base) names the option, not a hundred torch "size mismatch" lines
+            check_saved_shapes(
+                shapes, checkpoint["state_dict"], checkpoint.get("hyper_parameters"), self.hparams
+            )
         self.agon_step = int(state.get("step", 0))
         self.evaluator.history = list(state.get("history", []))
         self.skipped_steps = int(state.get("skipped_steps", 0))
