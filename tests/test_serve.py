@@ -245,7 +245,7 @@ def test_the_queue_batches_compatible_jobs_only():
     queue.start()
     queue.stop(timeout=10)
     # oldest first; compatible jobs join up to 4 rows; a seeded job runs alone
-    assert [[j.questions for j in batch] for batch in ran] == [
+    assert [[part.job.questions for part in batch] for batch in ran] == [
         [["a"], ["c", "d"]], [["b"]], [["e"]], [["f", "g"]],
     ]  # fmt: skip
 

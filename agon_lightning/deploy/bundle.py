@@ -29,13 +29,15 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
+
 from agon_lightning.adapters.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
+from agon_lightning.adapters.weights_files import ADAPTER_WEIGHTS, weights_file, weights_problem
 from agon_lightning.game.names import ALPHA
-from agon_lightning.infra.errors import CommandParser
+from agon_lightning.infra.errors import CommandParser, UsageError
 
 BUNDLE_FILE = "agon.json"
 FORMAT_VERSION = 1
-ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def component_spec(obj: Any) -> dict[str, Any]:
@@ -77,7 +79,27 @@ def bundle_metadata(module: Any, drafter: str = ALPHA) -> dict[str, Any]:
         "verifier": component_spec(module.verifier),
         "rollout": component_spec(module.rollout),
         "prompts": asdict(prompts) if is_dataclass(prompts) else dict(vars(prompts)),
+        "system_messages": training_system_messages(module),
     }
+
+
+def training_system_messages(module: Any) -> str | None:
+    """How training showed the model system messages, for ``agon serve`` to do the same.
+
+    ``per_row``: training problems carried their own (chat messages with a system message);
+    ``template``: only ``prompts.system``; ``none``: none. ``None`` when the training problems are
+    not at hand (a module saved outside a run): unknown, as in bundles written before this was recorded.
+    """
+    try:
+        data = module.trainer.datamodule
+    except (RuntimeError, AttributeError):  # not attached to a Trainer
+        return None
+    problems = getattr(data, "train_problems", None)
+    if problems is None:
+        return None
+    if any(m.get("role") == "system" for p in problems for m in p.messages or ()):
+        return "per_row"
+    return "template" if module.prompts.system else "none"
 
 
 def atomic_directory(target: Path, write: Any) -> Path:
@@ -147,22 +169,38 @@ def canonical_base(name: str) -> str:
     return name.rstrip("/")
 
 
+class DamagedBundle(UsageError):
+    """A bundle file that cannot be read (truncated, or not the format its name says)."""
+
+
+def damaged(path: Path, weights: Path, problem: str) -> DamagedBundle:
+    """The error for an unreadable ``weights`` file of bundle ``path``: names the file and what to do."""
+    return DamagedBundle(
+        f"cannot read {weights} ({problem}: truncated or garbled); bundle {path} is damaged: use another "
+        "bundle, e.g. the one beside another checkpoint of the run (NAME/ beside each NAME.ckpt)"
+    )
+
+
 def check_adapters(path: Path, meta: dict[str, Any], names: Sequence[str]) -> None:
-    """Each adapter in ``names`` is in the bundle, has weights, and was trained on its base.
+    """Each adapter in ``names`` is in the bundle, has readable weights, and was trained on its base.
 
     Raises:
         ValueError: an adapter the bundle does not list, or one trained on another base.
         FileNotFoundError: an adapter without its weights file.
+        DamagedBundle: a weights file that cannot be read, named.
     """
     listed = meta.get("adapters", [])
     for name in names:
         if name not in listed:
             raise ValueError(f"bundle {path} holds adapters {listed}, not {name!r}")
         adapter_dir = path / name
-        if not any((adapter_dir / f).is_file() for f in ADAPTER_WEIGHTS):
+        weights = weights_file(adapter_dir)
+        if weights is None:
             raise FileNotFoundError(
                 f"adapter {name!r} has no weights: {adapter_dir / ADAPTER_WEIGHTS[0]} is missing"
             )
+        if (problem := weights_problem(weights)) is not None:
+            raise damaged(path, weights, problem)
         config_file = adapter_dir / "adapter_config.json"
         try:
             trained_on = json.loads(config_file.read_text()).get("base_model_name_or_path")
@@ -198,6 +236,10 @@ def load_adapters(
     base, tokenizer = load_base(base_name, dtype or meta.get("dtype", "float32"))
     try:
         policy = attach_adapters(base, tuple(names), LoraOptions(init_from=str(path)))
+    except (SafetensorError, OSError) as err:  # a file that changed since check_adapters read its header
+        raise DamagedBundle(
+            f"cannot read the adapters {list(names)} in {path}: {err}; use another bundle"
+        ) from err
     except (RuntimeError, ValueError, KeyError) as err:  # size mismatches, target modules not found
         raise ValueError(
             f"the adapters {list(names)} in {path} do not fit base model {base_name!r}: {err}"

@@ -30,6 +30,7 @@ from agon_lightning.data.files import row_to_problem
 from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.types import Problem, Verdict
+from agon_lightning.infra.quiet import quiet_dependency_noise
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.rollout.pipeline import UNVERIFIABLE, CascadeResult, CascadeSample, solve_batch
 from agon_lightning.summarizers.base import Summarizer
@@ -136,6 +137,8 @@ class Cascade:
         verifier: Grades answers of problems that have a gold answer.
         summarizer: What of a draft the answerer reads.
         prompts: Prompt templates of both stages.
+        system_messages: How training showed system messages (``agon.json``'s ``system_messages``:
+            ``per_row``, ``template`` or ``none``; ``None``: not recorded), for ``agon serve``.
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class Cascade:
         verifier: Verifier,
         summarizer: Summarizer,
         prompts: Prompts,
+        system_messages: str | None = None,
     ) -> None:
         self.policy = policy
         self.tokenizer = tokenizer
@@ -155,6 +159,7 @@ class Cascade:
         self.verifier = verifier
         self.summarizer = summarizer
         self.prompts = prompts
+        self.system_messages = system_messages
         self.answerer(drafter)  # validates the name
         self.drafter = drafter
 
@@ -177,7 +182,11 @@ class Cascade:
             backend: Sample with ``hf`` (``transformers.generate``) or ``vllm`` (one engine, both
                 adapters resident), keeping the bundle's sampling settings; ``None``: the
                 bundle's own rollout.
+
+        Dependencies' messages no setting reaches (a progress bar where stderr is a file, PEFT's
+        deprecated read) are dropped first: :func:`~agon_lightning.infra.quiet.quiet_dependency_noise`.
         """
+        quiet_dependency_noise()
         meta = read_bundle(path)
         rollout = rollout_for_backend(meta["rollout"], backend)
         policy, tokenizer = load_adapters(path, meta, meta["adapters"], base_model, dtype)
@@ -191,6 +200,7 @@ class Cascade:
             build_verifier(meta["verifier"]),
             build_component(meta["summarizer"]),
             Prompts(**meta["prompts"]),
+            meta.get("system_messages"),
         )
 
     def answerer(self, drafter: str) -> str:

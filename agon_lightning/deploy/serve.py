@@ -8,7 +8,15 @@
 API, so evaluation harnesses, chat front ends and the ``openai`` client work unchanged; ``model``
 picks ``cascade_ab``, ``cascade_ba``, ``alpha``, ``beta`` or ``base`` (default: the bundle's
 cascade). Each choice carries the draft and its summary in an ``agon`` field, and ``usage``
-counts both stages (``usage.stages.draft`` / ``usage.stages.final``).
+counts both stages (``usage.stages.draft`` / ``usage.stages.final``). What of a request the model
+was not shown as asked (a system message the bundle's training never showed, earlier turns) is
+named in the response's ``warnings``.
+
+**Bounded work.** A request's body (``--max-body-bytes``), its prompts (``--max-prompts``), ``n``,
+``max_tokens`` and the tokens in flight over every request (``--max-tokens-in-flight``) have limits
+checked before the model sees it (:mod:`agon_lightning.deploy.serve_limits`); a job runs in parts
+of ``--max-batch-size`` rows with other clients' requests between them
+(:mod:`agon_lightning.deploy.serve_queue`).
 
 **Why FastAPI + uvicorn.** They are the serving stack of vLLM's own OpenAI server (installed
 with it), well kept, typed with pydantic (a bad request is a 400 before it reaches the model)
@@ -50,10 +58,12 @@ from agon_lightning.deploy.serve_api import (
     ChatRequest,
     CompletionRequest,
     SamplingRequest,
+    shown_system,
     validation_error,
 )
 from agon_lightning.deploy.serve_engine import CascadeRunner, Job, Sampling, served_models
-from agon_lightning.deploy.serve_queue import BatchQueue
+from agon_lightning.deploy.serve_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_PROMPTS, BodyLimit
+from agon_lightning.deploy.serve_queue import DEFAULT_MAX_TOKENS_IN_FLIGHT, BatchQueue
 from agon_lightning.deploy.serve_responses import error_response, response, stream
 from agon_lightning.rollout.hf import HFRollout
 
@@ -68,12 +78,18 @@ class Server:
         backend: ``hf`` or ``vllm`` (what samples; seeds are honoured on ``hf`` only).
         max_tokens: Largest ``max_tokens`` accepted (default: the model's context length).
         max_n: Largest ``n`` accepted.
+        max_prompts: Most prompts in one request.
     """
 
     def __init__(
-        self, cascade: Cascade, backend: str = "hf", max_tokens: int | None = None, max_n: int = 16
+        self,
+        cascade: Cascade,
+        backend: str = "hf",
+        max_tokens: int | None = None,
+        max_n: int = 16,
+        max_prompts: int = DEFAULT_MAX_PROMPTS,
     ) -> None:
-        self.cascade, self.backend, self.max_n = cascade, backend, max_n
+        self.cascade, self.backend, self.max_n, self.max_prompts = cascade, backend, max_n, max_prompts
         self.models, self.default = served_models(cascade)
         config = base_model(cascade.policy).config
         self.context = getattr(config, "max_position_embeddings", None)
@@ -89,8 +105,14 @@ class Server:
                 404, f"the model {name!r} does not exist; this server serves {list(self.models)}",
                 param="model", code="model_not_found",
             )  # fmt: skip
+        where = "prompt" if isinstance(req, CompletionRequest) else "messages"
+        if len(questions) > self.max_prompts:
+            raise APIError(
+                400, f"a request takes at most {self.max_prompts} prompts (agon serve --max-prompts), got "
+                f"{len(questions)}; send them in several requests", param=where, code="too_many_prompts",
+            )  # fmt: skip
         if req.n > self.max_n:
-            raise APIError(400, f"n must be <= {self.max_n}, got {req.n}", param="n")
+            raise APIError(400, f"n must be <= {self.max_n} (agon serve --max-n), got {req.n}", param="n")
         budget = req.budget or self.cascade.rollout.max_new_tokens
         if self.max_tokens is not None and budget > self.max_tokens:
             raise APIError(
@@ -103,11 +125,7 @@ class Server:
             )
         for i, q in enumerate(questions):
             if not q.strip():
-                raise APIError(
-                    400,
-                    f"problem {i} is empty",
-                    param="prompt" if isinstance(req, CompletionRequest) else "messages",
-                )
+                raise APIError(400, f"problem {i} is empty", param=where)
         rollout = self.cascade.rollout
         temperature = rollout.temperature if req.temperature is None else req.temperature
         top_k = rollout.top_k if req.top_k is None else max(req.top_k, 0)
@@ -117,7 +135,15 @@ class Server:
             sampling = Sampling(
                 False, temperature, rollout.top_p if req.top_p is None else req.top_p, top_k, budget
             )
-        return Job(self.models[name], questions, req.n, sampling, req.seed, list(req.stop or []))
+        c = self.cascade
+        system, warnings = (
+            shown_system(req, c.system_messages, c.prompts, c.tokenizer)
+            if isinstance(req, ChatRequest)
+            else (None, [])
+        )
+        return Job(
+            self.models[name], questions, req.n, sampling, req.seed, list(req.stop or []), system, warnings
+        )
 
     def model_list(self) -> dict[str, Any]:
         data = [
@@ -129,8 +155,14 @@ class Server:
         return {"object": "list", "data": data}
 
 
-def create_app(server: Server, queue: BatchQueue | None = None, api_key: str | None = None) -> FastAPI:
-    """The ASGI app: the OpenAI routes over ``server``, its batching queue started and stopped with the app."""
+def create_app(
+    server: Server,
+    queue: BatchQueue | None = None,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
+    """The ASGI app: the OpenAI routes over ``server``, its batching queue started and stopped with the
+    app, request bodies over ``max_body_bytes`` refused (:class:`~agon_lightning.deploy.serve_limits.BodyLimit`)."""
     queue = queue or BatchQueue(server.runner.run)
 
     @asynccontextmanager
@@ -141,6 +173,7 @@ def create_app(server: Server, queue: BatchQueue | None = None, api_key: str | N
 
     app = FastAPI(title="agon serve", lifespan=lifespan)
     app.state.server, app.state.queue = server, queue
+    app.add_middleware(BodyLimit, limit=max_body_bytes)  # inside the key check: a stranger's body is not read
 
     @app.middleware("http")
     async def authorize(request: Request, call_next: Any) -> Any:
@@ -256,9 +289,25 @@ def build_parser() -> Any:
         help="require 'Authorization: Bearer KEY' (or AGON_API_KEY)",
     )
     parser.add_argument(
-        "--max-batch-size", type=int, default=32, help="most sequences (prompts x n) per batch"
-    )
+        "--max-batch-size", type=int, default=32,
+        help="most sequences (prompts x n) per batch; a larger request runs in parts, others between them",
+    )  # fmt: skip
     parser.add_argument("--max-queue", type=int, default=256, help="most requests waiting; more get 503")
+    parser.add_argument(
+        "--max-prompts",
+        type=int,
+        default=DEFAULT_MAX_PROMPTS,
+        help="most prompts in one request; more get 400",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+        help="largest request body; larger gets 413 before it is read",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-tokens-in-flight", type=int, default=DEFAULT_MAX_TOKENS_IN_FLIGHT,
+        help="most prompts x n x max_tokens over the requests queued and running; a request over it alone "
+        "gets 400, one that does not fit beside them 503",
+    )  # fmt: skip
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits for company")
     parser.add_argument(
         "--max-tokens", type=int, default=None, help="largest max_tokens (default: the context)"
@@ -277,19 +326,38 @@ def serve_main(argv: list[str] | None = None) -> None:
     import torch
     import uvicorn
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for option in (
+        "max_batch_size",
+        "max_queue",
+        "max_prompts",
+        "max_body_bytes",
+        "max_tokens_in_flight",
+        "max_n",
+    ):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     cascade = Cascade.from_pretrained(args.bundle, args.device, args.dtype, args.base_model, args.backend)
     backend = "hf" if isinstance(cascade.rollout, HFRollout) else "vllm"
-    server = Server(cascade, backend, args.max_tokens, args.max_n)
+    server = Server(cascade, backend, args.max_tokens, args.max_n, args.max_prompts)
+    queue = BatchQueue(
+        server.runner.run,
+        args.max_batch_size,
+        args.max_queue,
+        args.batch_wait_ms / 1000,
+        args.max_tokens_in_flight,
+    )
     warm = server.job(CompletionRequest(prompt="1", max_tokens=1, temperature=0), ["1"])
-    server.runner.run([warm])  # the first request does not pay for start-up (a vLLM engine starts here)
+    server.runner.run(
+        [warm.take(warm.rows)]
+    )  # the first request does not pay for start-up (a vLLM engine starts here)
     warm.future.result()
-    queue = BatchQueue(server.runner.run, args.max_batch_size, args.max_queue, args.batch_wait_ms / 1000)
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
-    app = create_app(server, queue, args.api_key)
+    app = create_app(server, queue, args.api_key, args.max_body_bytes)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=60)
     print(
         f"agon serve: http://{host}:{port}/v1 ({args.backend or backend}; models {', '.join(server.models)}; "

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agon_lightning.game.prompts import Prompts
+
 
 class APIError(Exception):
     """An error the server answers with OpenAI's error body and ``status``."""
@@ -101,6 +103,9 @@ def _text(content: Any) -> str:
     raise ValueError("message content must be a string or a list of text parts")
 
 
+SYSTEM_ROLES = ("system", "developer")  # OpenAI's newer name for the system message
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -111,8 +116,10 @@ class Message(BaseModel):
 class ChatRequest(SamplingRequest):
     """``POST /v1/chat/completions``: the last message, a user's, is the problem the cascade solves.
 
-    The bundle's own prompt templates (and system prompt) wrap it, as in training; earlier turns
-    and system messages of the request are not shown to the model.
+    The bundle's own prompt templates wrap it, as in training. The request's system (or
+    developer) messages are its :meth:`system` message, shown to the model where the bundle's
+    training showed system messages (:func:`shown_system`, which names in ``warnings`` what is not
+    shown); earlier user and assistant turns are not shown (:meth:`earlier_turns`).
     """
 
     messages: list[Message] = Field(min_length=1)
@@ -122,11 +129,71 @@ class ChatRequest(SamplingRequest):
     def _last_is_user(cls, messages: list[Message]) -> list[Message]:
         if messages[-1].role != "user":
             raise ValueError(f"the last message must be the user's problem, got role {messages[-1].role!r}")
+        for message in messages:
+            if message.role in SYSTEM_ROLES:
+                _text(message.content)
         _text(messages[-1].content)
         return messages
 
     def questions(self) -> list[str]:
         return [_text(self.messages[-1].content)]
+
+    def system(self) -> str | None:
+        """The system and developer messages' text, in order (``None``: none that says anything)."""
+        texts = [t for m in self.messages if m.role in SYSTEM_ROLES and (t := _text(m.content)).strip()]
+        return "\n\n".join(texts) if texts else None
+
+    def earlier_turns(self) -> list[str]:
+        """The roles of the messages before the last that are neither system nor developer."""
+        return [m.role for m in self.messages[:-1] if m.role not in SYSTEM_ROLES]
+
+
+def shown_system(
+    req: ChatRequest, trained: str | None, prompts: Prompts, tokenizer: Any
+) -> tuple[str | None, list[str]]:
+    """The request's system message as the model reads it (``None``: the bundle's prompts decide), and
+    a warning for each part of the request the model is not shown as asked.
+
+    The system message is shown where the bundle's training showed system messages (``trained``,
+    ``agon.json``'s ``system_messages``: ``per_row``, or ``template`` with a warning when it differs
+    from the one the pair was trained with); not where training showed none or the prompts have no
+    chat template to put it in; shown with a warning where the bundle does not record it.
+    """
+    warnings = []
+    if earlier := req.earlier_turns():
+        warnings.append(
+            f"only the last user message is solved: {len(earlier)} earlier turns (roles {earlier}) "
+            "were not shown to the model"
+        )
+    system = req.system()
+    if system is None:
+        return None, warnings
+    trained = trained or ("template" if prompts.system else None)
+    if not prompts.chat_template or getattr(tokenizer, "chat_template", None) is None:
+        why = "prompts.chat_template is false" if not prompts.chat_template else "the tokenizer has none"
+        warnings.append(
+            "the system message was not shown to the model: the bundle's prompts are not rendered "
+            f"through a chat template ({why}), so training showed none either"
+        )
+        return None, warnings
+    if trained == "none":
+        warnings.append(
+            "the system message was not shown to the model: its training showed it no system message "
+            "(agon.json: system_messages 'none'), so serving does not either"
+        )
+        return None, warnings
+    if trained == "template" and system != prompts.system:
+        warnings.append(
+            f"the system message replaced the bundle's ({prompts.system!r}, prompts.system), the only "
+            "one the pair was trained with"
+        )
+    if trained is None:
+        warnings.append(
+            "the system message was shown to the model, but the bundle does not record whether its "
+            "training showed system messages (agon.json has no system_messages: saved before it was "
+            "recorded, or without its training data)"
+        )
+    return system, warnings
 
 
 class CompletionRequest(SamplingRequest):

@@ -2,12 +2,13 @@
 
 A served *model* is a way through the bundle: ``cascade_ab`` (``alpha`` drafts, ``beta``
 answers after reading the draft's summary), ``cascade_ba``, one adapter alone, or the base.
-:class:`CascadeRunner` runs a batch of requests that share a model and sampling settings
-through the deployment code — the bundle's :class:`~agon_lightning.deploy.cascade.Cascade` (its
-prompts, summarizer and rollout) and :func:`~agon_lightning.rollout.pipeline.challenge_prompts`, the
-one place the second stage's input is built — so a greedy request answers exactly what
-``agon predict`` writes. With ``n > 1`` each of the n drafts is answered once (n choices, no
-vote). Stop strings cut the returned text; generation itself runs to EOS or the budget.
+:class:`CascadeRunner` runs a batch of requests (each a :class:`Job`, whole or a :class:`Part` of
+its rows) that share a model and sampling settings through the deployment code — the bundle's
+:class:`~agon_lightning.deploy.cascade.Cascade` (its prompts, summarizer and rollout) and
+:func:`~agon_lightning.rollout.pipeline.challenge_prompts`, the one place the second stage's input
+is built — so a greedy request answers exactly what ``agon predict`` writes. With ``n > 1`` each
+of the n drafts is answered once (n choices, no vote). Stop strings cut the returned text;
+generation itself runs to EOS or the budget.
 
 **Streaming** (HF backend): the final stage samples through ``generate`` with a streamer that
 hands each step's tokens to the request as they are produced (greedy tokens are the decode
@@ -96,9 +97,15 @@ class Result:
 
 @dataclass(eq=False)
 class Job:
-    """One request waiting in the queue.
+    """One request waiting in the queue, run in parts of at most ``--max-batch-size`` rows.
+
+    Row ``r`` is sample ``r % n`` of question ``r // n``; it answers choice ``r``. The worker takes
+    the rows in order (:meth:`take`) and settles each part (:meth:`settle`); the future is set once
+    every row is answered, or at the first error.
 
     Attributes:
+        system: The request's system message, shown to the model (``None``: the bundle's prompts).
+        warnings: What of the request the model was not shown as asked, for the response.
         emit: For a streamed request, called from the worker with ``(choice index, text delta)``
             as the final stage produces it, and with ``(index, Choice)`` once the draft is known
             (the choice's text is empty then).
@@ -110,18 +117,99 @@ class Job:
     sampling: Sampling
     seed: int | None = None
     stops: list[str] = field(default_factory=list)
+    system: str | None = None
+    warnings: list[str] = field(default_factory=list)
     emit: Callable[[int, Any], None] | None = None
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    handed: int = field(default=0, init=False)  # rows handed to the worker so far
+    _choices: list[Choice | None] = field(default_factory=list, init=False, repr=False)
+    _settled: int = field(default=0, init=False)
+    _draft_prompt_tokens: int = field(default=0, init=False)
+    _rng: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, init=False, repr=False)
 
     @property
     def rows(self) -> int:
         return len(self.questions) * self.n
+
+    @property
+    def remaining(self) -> int:
+        """Rows not yet handed to the worker."""
+        return self.rows - self.handed
+
+    @property
+    def tokens(self) -> int:
+        """The completion tokens this job may generate per stage: prompts x n x max_tokens."""
+        return self.rows * self.sampling.max_tokens
 
     def key(self) -> Any:
         """Jobs with equal keys run in one batch; a seeded job runs alone, so its seed decides its samples."""
         if self.seed is not None:
             return id(self)
         return self.model, self.sampling, self.emit is not None
+
+    def problem(self, question: int) -> Problem:
+        """Question ``question`` as the cascade reads it: with the request's system message, if it has one."""
+        text = self.questions[question]
+        if self.system is None:
+            return Problem(text)
+        return Problem.from_messages(
+            [{"role": "system", "content": self.system}, {"role": "user", "content": text}]
+        )
+
+    def take(self, most: int) -> Part:
+        """The next rows, at most ``most``."""
+        part = Part(self, self.handed, min(self.handed + most, self.rows))
+        self.handed = part.stop
+        return part
+
+    def begin(self) -> bool:
+        """Whether the worker should run this job's next part (False once it is settled or cancelled)."""
+        if self._choices:
+            return not self.future.done()
+        self._choices = [None] * self.rows
+        return self.future.set_running_or_notify_cancel()
+
+    def settle(self, part: Part, choices: list[Choice], draft_prompt_tokens: int) -> None:
+        """Record a part's choices; the future is set once every row has its choice."""
+        self._choices[part.start : part.stop] = choices
+        self._settled += len(choices)
+        self._draft_prompt_tokens += draft_prompt_tokens
+        if self._settled == self.rows:
+            self.future.set_result(Result(self._choices, self._draft_prompt_tokens))  # type: ignore[arg-type]
+
+    def fail(self, err: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(err)
+
+    @contextmanager
+    def random_stream(self) -> Iterator[None]:
+        """A seeded job samples from its own stream, seeded once and continued from part to part,
+        so the batches of other jobs run between its parts do not change its samples."""
+        if self.seed is None:
+            yield
+            return
+        if self._rng is None:
+            torch.manual_seed(self.seed)
+        else:
+            torch.set_rng_state(self._rng[0])
+            if self._rng[1]:
+                torch.cuda.set_rng_state_all(self._rng[1])
+        yield
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+        self._rng = (torch.get_rng_state(), cuda)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Rows ``start`` to ``stop`` (excluded) of ``job``: what one batch runs of it."""
+
+    job: Job
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
 
 
 @contextmanager
@@ -150,32 +238,31 @@ class CascadeRunner:
         self.cascade = cascade
         self.context = context
 
-    def run(self, jobs: list[Job]) -> None:
-        """Solve every job of the batch and settle its future (an error settles each with it)."""
-        jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
+    def run(self, parts: list[Part]) -> None:
+        """Solve every part of the batch and settle its job (an error settles each job with it)."""
+        parts = [p for p in parts if p.job.begin()]
         try:
-            jobs = [j for j in jobs if self._fits(j)]
-            if not jobs:
+            parts = [p for p in parts if p.start > 0 or self._fits(p.job)]
+            if not parts:
                 return
-            results = self._solve(jobs)
+            results = self._solve(parts)
         except Exception as err:  # noqa: BLE001 — each request is answered with the error; the server lives on
-            for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(err)
+            for part in parts:
+                part.job.fail(err)
             return
-        for job, result in zip(jobs, results):
-            job.future.set_result(result)
+        for part, (choices, draft_prompt_tokens) in zip(parts, results):
+            part.job.settle(part, choices, draft_prompt_tokens)
 
     def _fits(self, job: Job) -> bool:
         """False (the job answered with a 400) when a prompt and the budget overflow the model's context."""
         if self.context is None:
             return True
         c = self.cascade
-        prompts = [c.prompts.draft_prompt(c.tokenizer, Problem(q)) for q in job.questions]
+        prompts = [c.prompts.draft_prompt(c.tokenizer, job.problem(i)) for i in range(len(job.questions))]
         longest = max(len(ids) for ids in c.tokenizer(prompts, add_special_tokens=False)["input_ids"])
         if longest + job.sampling.max_tokens <= self.context:
             return True
-        job.future.set_exception(
+        job.fail(
             APIError(
                 400,
                 f"this model's context is {self.context} tokens, but the prompt takes {longest} and max_tokens "
@@ -186,18 +273,15 @@ class CascadeRunner:
         )
         return False
 
-    def _solve(self, jobs: list[Job]) -> list[Result]:
-        c, first = self.cascade, jobs[0]
+    def _solve(self, parts: list[Part]) -> list[tuple[list[Choice], int]]:
+        """Each part's choices and the draft-prompt tokens of its questions (counted once per question)."""
+        c, first = self.cascade, parts[0].job
         model, sampling = first.model, first.sampling
-        if first.seed is not None:
-            torch.manual_seed(first.seed)
-        owners = [
-            (job, i * job.n + j) for job in jobs for i in range(len(job.questions)) for j in range(job.n)
-        ]
-        problems = [Problem(q) for job in jobs for q in job.questions for _ in range(job.n)]
+        owners = [(part.job, row) for part in parts for row in range(part.start, part.stop)]
+        problems = [job.problem(row // job.n) for job, row in owners]
         prompts = [c.prompts.draft_prompt(c.tokenizer, p) for p in problems]
         draft, summaries = None, None
-        with sampling_settings(c.rollout, sampling):
+        with sampling_settings(c.rollout, sampling), first.random_stream():
             if model.drafter is not None:
                 draft = c.sample(model.drafter, prompts, 1, sampling.greedy)
                 summaries, prompts = challenge_prompts(c, problems, draft)
@@ -207,15 +291,15 @@ class CascadeRunner:
             final = self._final(model.answerer, prompts, sampling.greedy, owners, first)
         finals = [cut_at_stop(t, job.stops) for t, (job, _) in zip(final.texts, owners)]
         choices = [self._choice(final, row, draft, summaries, *finals[row]) for row in range(len(owners))]
-        results = {id(job): Result([None] * job.rows, 0) for job in jobs}  # type: ignore[list-item]
-        for row, (job, index) in enumerate(owners):
-            results[id(job)].choices[index] = choices[row]
         # The prompt of each question counts once, however many samples it has (OpenAI's usage).
         prompt_tokens = (draft or final).prompt_mask.sum(dim=1).tolist()
-        for row, (job, index) in enumerate(owners):
-            if index % job.n == 0:
-                results[id(job)].draft_prompt_tokens += int(prompt_tokens[row]) if draft is not None else 0
-        return [results[id(job)] for job in jobs]
+        results, row = [], 0
+        for part in parts:
+            rows = range(row, row + part.rows)
+            counted = sum(int(prompt_tokens[r]) for r in rows if owners[r][1] % part.job.n == 0)
+            results.append(([choices[r] for r in rows], counted if draft is not None else 0))
+            row += part.rows
+        return results
 
     def _final(
         self, adapter: str | None, prompts: list[str], greedy: bool, owners: list[tuple[Job, int]], first: Job

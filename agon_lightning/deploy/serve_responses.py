@@ -2,7 +2,8 @@
 
 Every response is OpenAI's shape plus a documented ``agon`` field per choice (who drafted and
 answered, the draft and the summary the answerer read) and ``usage.stages`` (each stage's
-prompt and completion tokens; ``usage`` itself sums them).
+prompt and completion tokens; ``usage`` itself sums them). Where the model was not shown part of
+the request as asked, a top-level ``warnings`` list says what (in a stream: in its first chunk).
 """
 
 from __future__ import annotations
@@ -72,11 +73,12 @@ def response(job: Job, result: Result, chat: bool) -> dict[str, Any]:
         else:
             body.update(text=c.text, logprobs=None)
         choices.append(body | {"agon": agon_field(job, c)})
-    return {
+    reply = {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()), "model": job.model.name, "choices": choices, "usage": usage(job, result),
     }  # fmt: skip
+    return reply | ({"warnings": job.warnings} if job.warnings else {})
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -110,9 +112,10 @@ async def stream(job: Job, queue: BatchQueue, chat: bool, include_usage: bool) -
             return {"index": index, "delta": body, "finish_reason": finish, **extra}
         return {"index": index, "text": text or "", "finish_reason": finish, "logprobs": None, **extra}
 
-    if chat:
+    if chat:  # warnings come of chat messages only
+        warned = {"warnings": job.warnings} if job.warnings else {}
         yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-                     for i in range(job.rows)])  # fmt: skip
+                     for i in range(job.rows)], **warned)  # fmt: skip
     else:
         yield ": accepted\n\n"  # an SSE comment: the response starts once the job is queued
     while (event := await events.get()) is not None:

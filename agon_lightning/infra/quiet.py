@@ -3,9 +3,16 @@
 A log should hold what the run did and what the user could change. Warnings our own code
 triggered are fixed where they arise (``adapters/shared_prompt.py`` reads transformers' current
 name for activation checkpointing; :class:`~agon_lightning.callbacks.summary.AdapterSummary`
-replaces Lightning's table of ``FLOPs 0``). What remains comes from inside a dependency, from
+replaces Lightning's table of ``FLOPs 0``; ``from_config`` records the objects it is given as
+specs, which jsonargparse can serialize). What remains comes from inside a dependency, from
 code no setting of ours reaches; it is dropped here, in this one place, each by its own message,
 so that anything else those dependencies say still reaches the log.
+
+Every entry point that loads a base calls :func:`quiet_dependency_noise` first: the LightningCLI
+commands (``agon fit``, ``sft``, ``predict --config``, and ``from_config`` through their parser) and
+:meth:`Cascade.from_pretrained <agon_lightning.deploy.cascade.Cascade.from_pretrained>` (``agon
+predict --bundle``, ``agon serve``). It sits below them all, in ``infra/``, so that the deployed
+cascade needs nothing of the CLI.
 """
 
 from __future__ import annotations
