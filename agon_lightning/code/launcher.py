@@ -20,7 +20,8 @@ Three processes take part in each run:
   every process left in the namespace, double forks and ``setsid`` included. It opens network
   and mount namespaces, mounts a fresh ``/proc``, makes every mount read-only and no-suid,
   mounts a small private tmpfs as the working directory, and drops to an unprivileged uid.
-  Each step the machine refuses is recorded, never skipped silently.
+  Each step the machine refuses is recorded, never skipped silently. When the program exits,
+  C reports its exit status and whether a file in the working directory reached the file-size cap.
 - P, C's child, sets its rlimits and execs the interpreter with an empty environment. It is
   not the init itself because an init ignores every signal it has no handler for (SIGXCPU
   included), which would change the program's semantics.
@@ -174,11 +175,38 @@ def run_program(cfg: dict, in_pid_namespace: bool, report_fd: int, stdio: list[i
         if program == 0:
             exec_program(cfg, report_fd, stdio)
         _, status = os.waitpid(program, 0)
-        send(report_fd, {"exit_code": os.waitstatus_to_exitcode(status)})
+        at_cap = file_at_cap(".", cfg["rlimits"]["file_size"][0])
+        send(report_fd, {"exit_code": os.waitstatus_to_exitcode(status), "file_at_cap": at_cap})
         os._exit(0)
     except BaseException as err:  # anything here is a sandbox failure, reported to L
         send(report_fd, {"error": f"{type(err).__name__}: {err}"})
     os._exit(127)
+
+
+def file_at_cap(root: str, cap: int) -> bool:
+    """Whether a file under ``root`` (the program's working directory) reached ``cap`` bytes.
+
+    A write past ``RLIMIT_FSIZE`` fills the file up to the cap and then fails; a program that
+    ignores SIGXFSZ may catch that error and exit 0, and this is what is left of it. Walked with
+    a stack (a deep tree is no recursion error) and without following symlinks.
+    """
+    stack = [root]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:  # a directory the program made unreadable, or a path too long
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif (
+                    entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_size >= cap
+                ):
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 def exec_program(cfg: dict, report_fd: int, stdio: list[int]) -> None:
@@ -286,12 +314,14 @@ def run_once(cfg: dict, own_pid_namespace: int | None, subreaper: bool) -> dict:
     protections["subreaper"] = subreaper
     # C reports the program's exit; when C was killed instead, its own status is the answer.
     exit_code = next((r["exit_code"] for r in records if "exit_code" in r), os.waitstatus_to_exitcode(status))
+    at_cap = next((r["file_at_cap"] for r in records if "file_at_cap" in r), False)
     return {
         "exit_code": exit_code,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "max_rss_bytes": usage.ru_maxrss * 1024,
         "wall_seconds": wall,
         "timed_out": timed_out,
+        "file_at_cap": at_cap,
         # A PID namespace leaves nothing behind; without one, orphans reparented to L are killed here.
         "swept": 0 if in_pid_namespace else sweep(),
         "protections": protections,

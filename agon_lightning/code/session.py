@@ -38,8 +38,12 @@ class Host(Protocol):
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # The program runs under ``python -I -S``: no site-packages, no environment, fast start-up.
 # ``-S`` also drops site's ``exit``/``quit`` builtins, which contest solutions call; put them back.
+# Python ignores SIGXFSZ at start-up, so a write past RLIMIT_FSIZE would raise an OSError the
+# program may catch or report as a crash; the default action ends it with SIGXFSZ, which
+# :func:`classify` reads as ``output_limit``. (``_signal``: ``signal`` would import ``enum``, ~6 ms a run.)
 BOOTSTRAP = (
-    "import builtins, sys\n"
+    "import _signal, builtins, sys\n"
+    "_signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)\n"
     "builtins.exit = builtins.quit = sys.exit\n"
     "sys.argv = ['main.py']\n"
     "with open('main.py', 'rb') as f:\n"
@@ -98,11 +102,16 @@ def classify(report: dict[str, Any], time_limit: float, output_bytes: int, stder
         output_bytes: The larger of the stdout and stderr sizes.
         stderr: The tail of stderr.
         cap: ``max_output_bytes``; a stream that reached it was cut off.
+
+    The output cap (``RLIMIT_FSIZE``) is reached three ways, each an ``output_limit``: stdout or
+    stderr stands at the cap; the program died of SIGXFSZ (a write past the cap, to any file);
+    or, where the program ignored SIGXFSZ and caught the error, a file in its working directory
+    stands at the cap (``file_at_cap``, found by the launcher).
     """
     code = report["exit_code"]
     if report["timed_out"] or code == -signal.SIGXCPU or report["cpu_seconds"] > time_limit:
         return "time_limit"
-    if output_bytes >= cap:
+    if output_bytes >= cap or code == -signal.SIGXFSZ or report.get("file_at_cap"):
         return "output_limit"
     if code != 0 and "MemoryError" in "\n".join(stderr.strip().splitlines()[-2:]):
         return "memory_limit"
