@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from benchmarks.bench_memory import qwen3_0_6b_config
-from benchmarks.common import LORA_TARGETS, median, print_table, write_json
+from benchmarks.common import LORA_TARGETS, add_results_dir, median, print_table, write_json
 
 ADAPTERS = ("alpha", "beta")
 
@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument(
         "--tiny", action="store_true", help="the shipped tiny model's shape instead of Qwen3-0.6B's"
     )
+    add_results_dir(parser)
     cli = parser.parse_args()
     torch.set_num_threads(1)
     if cli.tiny:
@@ -139,7 +140,7 @@ def main() -> None:
     )
     write_json(f"adapter_sync_{shape}", {"tables": [table], "records": records, "command": " ".join(
         ["python -m benchmarks.bench_adapter_sync", *(["--tiny"] if cli.tiny else []), f"--rounds {cli.rounds}"]
-    )})  # fmt: skip
+    )}, cli.results_dir)  # fmt: skip
 
 
 if __name__ == "__main__":

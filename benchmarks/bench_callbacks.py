@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import print_table, write_json
+from benchmarks.common import add_results_dir, print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ("AgonCheckpoint", "TraceLengthMonitor", "DivergenceMonitor", "SampleTable")
@@ -78,6 +78,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs per side")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "agon.yaml")
+    add_results_dir(parser)
     parser.add_argument("extra", nargs="*", help="more `agon fit` overrides, after --")
     opts = parser.parse_args()
     if opts.steps < 1 or opts.repeats < 1:
@@ -116,7 +117,7 @@ def main() -> None:
         "model": opts.model, "steps": opts.steps, "repeats": opts.repeats, "config": str(opts.config),
         "extra": opts.extra, "order": order, "wall_s": times, "ratio_on_off_median": ratio,
         "hook_s_and_profiled_s": hooks, "hook_share_median": share,
-    })  # fmt: skip
+    }, opts.results_dir)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from benchmarks.common import (
     LEARNING_RATE,
     LORA_TARGETS,
     Workload,
+    add_results_dir,
     build_model_dir,
     make_problems,
     median,
@@ -40,13 +41,14 @@ from benchmarks.common import (
     work_config,
     worker_main,
     workload_from,
+    write_json,
 )
 
 MODULE = "benchmarks.bench_levers"
 
 
 def build(work: Workload, game: str) -> Any:
-    """An ``AgonModule`` whose ``_update`` runs without a Trainer (plain backward, clipping, step)."""
+    """An ``AgonModule`` whose ``update`` runs without a Trainer (plain backward, clipping, step)."""
     from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
@@ -72,7 +74,7 @@ def build(work: Workload, game: str) -> Any:
     strategy = type(
         "Strategy", (), {"reduce_boolean_decision": staticmethod(lambda decision, all=True: decision)}
     )
-    module._trainer = type("Trainer", (), {"strategy": strategy()})()  # all that _update asks of a trainer
+    module._trainer = type("Trainer", (), {"strategy": strategy()})()  # all that update asks of a trainer
     return module
 
 
@@ -145,7 +147,7 @@ def _never(model: Any) -> Iterator[bool]:
 
 
 def step_parts(module: Any, problems: list[Any], n: int) -> tuple[float, float]:
-    """CPU seconds of one ``_play`` and one ``_update``."""
+    """CPU seconds of one ``play`` and one ``update``."""
     from agon_lightning.training.grpo import group_advantages
 
     start = time.process_time()
@@ -178,7 +180,7 @@ def allocator_worker(config: dict[str, Any]) -> dict[str, Any]:
     return {"applied": applied, "update_s": median(updates), "faults": median(faults)}
 
 
-def compare_allocators(work: Workload, game: str, rounds: int) -> None:
+def compare_allocators(work: Workload, game: str, rounds: int) -> dict[str, Any]:
     """Fresh processes, alternating glibc's defaults and ``reuse_freed_memory``; update CPU and faults."""
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for _ in range(rounds):
@@ -191,13 +193,14 @@ def compare_allocators(work: Workload, game: str, rounds: int) -> None:
         [label, 1e3 * median([r["update_s"] for r in runs[k]]), median([r["faults"] for r in runs[k]])]
         for label, k in (("glibc defaults", False), ("reuse_freed_memory()", True))
     ]
-    print_table(
+    table = print_table(
         f"Allocator, {game}, P={work.prompts} N={work.generations} T={work.max_new_tokens} β={work.kl_beta}: "
         f"update CPU ms and minor page faults per update, median of {rounds} process pairs × {work.steps} "
         f"steps; per-pair ratio median {median(ratios):.3f} ({', '.join(f'{r:.2f}' for r in ratios)})",
         ["allocator", "update CPU ms", "page faults"],
         rows,
     )
+    return {"table": table, "ratio_per_pair": ratios, "runs": {"default": runs[False], "reuse": runs[True]}}
 
 
 def main() -> None:
@@ -209,13 +212,16 @@ def main() -> None:
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--repeats", type=int, default=6, help="off/on pairs per lever (after one warm-up)")
     parser.add_argument("--allocator", action="store_true", help="only the allocator A/B, in fresh processes")
+    add_results_dir(parser)
     cli = parser.parse_args()
     single_thread()
     work = Workload(
         prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, kl_beta=cli.beta
     )
     if cli.allocator:
-        compare_allocators(Workload(**{**work.__dict__, "steps": 3}), cli.game, cli.repeats)
+        work = Workload(**{**work.__dict__, "steps": 3})
+        result = compare_allocators(work, cli.game, cli.repeats)
+        write_json(f"levers_allocator_{cli.game}", {"workload": work.__dict__, **result}, cli.results_dir)
         return
     module = build(work, cli.game)
     problems = make_problems(work.prompts, work.seed)
@@ -232,11 +238,17 @@ def main() -> None:
                     times[on].append(play if part == "play" else update)
         off, on = (1e3 * median(times[k]) for k in (False, True))
         rows.append([name, part, off, on, on / off])
-    print_table(
+    table = print_table(
         f"Levers, {cli.game}, P={work.prompts} N={work.generations} T={work.max_new_tokens} β={work.kl_beta}, "
         f"CPU ms of the part, median of {cli.repeats} alternating pairs",
         ["lever", "part", "off ms", "on ms", "on/off"],
         rows,
+    )
+    results = [dict(zip(("lever", "part", "off_ms", "on_ms", "on_off"), row)) for row in rows]
+    write_json(
+        f"levers_{cli.game}",
+        {"workload": work.__dict__, "repeats": cli.repeats, "table": table, "results": results},
+        cli.results_dir,
     )
 
 

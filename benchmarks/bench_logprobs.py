@@ -21,7 +21,16 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import current_rss_mb, median, peak_rss_mb, print_table, spawn, worker_main, write_json
+from benchmarks.common import (
+    add_results_dir,
+    current_rss_mb,
+    median,
+    peak_rss_mb,
+    print_table,
+    spawn,
+    worker_main,
+    write_json,
+)
 
 MODULE = "benchmarks.bench_logprobs"
 QWEN3_VOCAB = 151_936
@@ -84,6 +93,7 @@ def main() -> None:
         "--max-naive-gb", type=float, default=6.0, help="skip naive points estimated above this"
     )
     parser.add_argument("--rounds", type=int, default=1)
+    add_results_dir(parser)
     cli = parser.parse_args()
     rows, records = [], []
     for length in cli.lengths:
@@ -122,7 +132,7 @@ def main() -> None:
          "naive bwd s", "naive CPU s", "|Σlogp| gap"],
         rows,
     )  # fmt: skip
-    write_json("logprobs", {"table": table, "results": records})
+    write_json("logprobs", {"table": table, "results": records}, cli.results_dir)
 
 
 if __name__ == "__main__":

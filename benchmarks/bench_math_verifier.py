@@ -4,6 +4,7 @@ The adversarial answers below do not finish within 60 s in math-verify with its 
 verifier must answer each within ``--timeout-s`` plus the cost of killing a worker. Run:
 
     python benchmarks/bench_math_verifier.py --timeout-s 5 --workers 2
+    python benchmarks/bench_math_verifier.py --timeout-s 0.5 --repeats 1 --json /tmp/math_verifier.json
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from agon_lightning.game.types import Problem
 from agon_lightning.verifiers.math import MathVerifier
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "deepmath_fixture.jsonl"
+RESULTS = Path(__file__).parent / "results" / "math_verifier.json"
 ADVERSARIAL = [
     "9^{9^{9^{9}}}",
     "10^{10^{10}}",
@@ -35,15 +37,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="MathVerifier.num_workers")
     parser.add_argument("--repeats", type=int, default=3, help="times each adversarial answer is checked")
     parser.add_argument("--batch-copies", type=int, default=8, help="copies of the fixture in the batch")
+    parser.add_argument("--json", default=str(RESULTS), help="where to write the results")
     args = parser.parse_args()
 
     verifier = MathVerifier(timeout_s=args.timeout_s, num_workers=args.workers)
     try:
         start = time.monotonic()
         verifier.start()
-        print(f"start-up of {args.workers} workers: {time.monotonic() - start:.2f} s")
+        startup = time.monotonic() - start
+        print(f"start-up of {args.workers} workers: {startup:.2f} s")
 
-        worst = 0.0
+        worst, adversarial = 0.0, []
         for expression in ADVERSARIAL:
             times = []
             for _ in range(args.repeats):
@@ -52,6 +56,7 @@ def main() -> None:
                 verdict = verifier.verify(completion(expression), Problem("q", "5"))
                 times.append(time.monotonic() - start)
             worst = max(worst, *times)
+            adversarial.append({"answer": expression, "reason": verdict.reason, "seconds": times})
             print(f"{expression:>24}: {verdict.reason:8} max {max(times):.3f} s  min {min(times):.3f} s")
         print(
             f"bound {args.timeout_s:.2f} s, worst single check {worst:.3f} s (+{worst - args.timeout_s:.3f} s)"
@@ -71,6 +76,14 @@ def main() -> None:
         )
     finally:
         verifier.close()
+    results = {
+        "timeout_s": args.timeout_s, "workers": args.workers, "startup_s": startup, "adversarial": adversarial,
+        "worst_check_s": worst, "batch": {"checks": len(texts), "seconds": elapsed, "correct": correct},
+    }  # fmt: skip
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

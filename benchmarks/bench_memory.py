@@ -16,6 +16,7 @@ device from its published shape, so no weights are needed).
 
     python -m benchmarks.bench_memory
     python -m benchmarks.bench_memory --rounds 1 --steps 1
+    python -m benchmarks.bench_memory --summarizers hidden     # one Agon row
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 
 from benchmarks.common import (
     LORA_TARGETS,
+    SUMMARIZERS,
     Workload,
     build_model_dir,
     median,
@@ -74,11 +76,14 @@ def adapter_share(config: Any, rank: int, targets: list[str] = LORA_TARGETS) -> 
 def measured(cli: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
     work = workload_of(cli)
     double = Workload(**{**work.__dict__, "generations": 2 * work.generations})
+    agon = {
+        "hidden": "Agon, N, challenger reads nothing",
+        "strip_trace": "Agon, N, challenger reads the draft",
+    }
     configs = [
         ("grpo", work, "strip_trace", "GRPO, N"),
         ("grpo", double, "strip_trace", "GRPO, 2N"),
-        ("agon", work, "hidden", "Agon, N, challenger reads nothing"),
-        ("agon", work, "strip_trace", "Agon, N, challenger reads the draft"),
+        *(("agon", work, summarizer, agon[summarizer]) for summarizer in cli.summarizers),
     ]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for *_, label in configs}
     with tempfile.TemporaryDirectory() as root:
@@ -143,12 +148,17 @@ def main() -> None:
         __doc__, rounds=2, rounds_help="runs per row", steps=1, prompts=4, max_new_tokens=64
     )
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument(
+        "--summarizers", nargs="+", default=["hidden", "strip_trace"], choices=SUMMARIZERS,
+        help="what the challenger reads in the Agon rows",
+    )  # fmt: skip
     cli = parser.parse_args()
     count_table, count_records = counted(cli)
     measure_table, measure_records = measured(cli)
     write_json(
         "memory",
         {"tables": [measure_table, count_table], "measured": measure_records, "counted": count_records},
+        cli.results_dir,
     )
 
 

@@ -130,6 +130,7 @@ def main() -> None:
     write_json(
         "overhead",
         {"workload": work.__dict__, "tables": [table, val_table], "results": records, "validation": val},
+        cli.results_dir,
     )
 
 

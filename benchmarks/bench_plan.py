@@ -11,16 +11,17 @@ reported. Re-run the measurements with ``python -m benchmarks.bench_vs_trl`` (ti
 
 from __future__ import annotations
 
+import argparse
 import json
-import tempfile
 from pathlib import Path
 
 from benchmarks.common import (
     RESULTS_DIR,
     Workload,
-    build_model_dir,
+    add_results_dir,
     make_problems,
     median,
+    model_config,
     print_table,
     write_json,
 )
@@ -29,21 +30,24 @@ SOURCES = {"vs_trl": "tiny Qwen3 (benchmark shape)", "scale_vs_trl_qwen3-0.6b": 
 
 
 def main() -> None:
-    from transformers import AutoConfig
-
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--measured-dir", type=Path, default=RESULTS_DIR, help="folder holding the measured runs' JSON files"
+    )
+    add_results_dir(parser)
+    cli = parser.parse_args()
     from agon_lightning.infra.plan import Run, Shape, parts, peak_bytes
     from agon_lightning.infra.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     rows, records = [], []
     for name, label in SOURCES.items():
-        data = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+        data = json.loads((cli.measured_dir / f"{name}.json").read_text())
         record = data["results"][0] if "results" in data else data
         work = Workload(**record["workload"])
         runs = [r for r in (record["runs"]["ours"] if isinstance(record["runs"], dict) else record["runs"])
                 if r.get("impl", "ours") == "ours"]  # fmt: skip
-        with tempfile.TemporaryDirectory() as root:
-            shape = Shape.of(AutoConfig.from_pretrained(build_model_dir(Path(root), work)))
+        shape = Shape.of(model_config(work, tokenizer))
         prompt = max(
             len(tokenizer(p.question, add_special_tokens=False)["input_ids"]) for p in make_problems(8)
         )
@@ -62,7 +66,7 @@ def main() -> None:
         "agon plan against measured peak RSS (CPU, fp32, game: grpo, one process)",
         ["model", "P", "N", "T", "measured MB", "predicted MB", "error %"], rows,
     )  # fmt: skip
-    write_json("plan_check", {"table": table, "results": records})
+    write_json("plan_check", {"table": table, "results": records}, cli.results_dir)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ inside its generation time.
 
     python -m benchmarks.bench_rollout_backends
     python -m benchmarks.bench_rollout_backends --steps 2 --backends hf
+    python -m benchmarks.bench_rollout_backends --steps 1 --backends hf --prompts 2 --generations 2 --max-new-tokens 8
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import argparse
 import time
 from typing import Any
 
-from benchmarks.common import StepTimer, median, print_table, spawn, worker_main, write_json
+from benchmarks.common import StepTimer, add_results_dir, median, print_table, spawn, worker_main, write_json
 
 MODULE = "benchmarks.bench_rollout_backends"
 BACKENDS = ("hf", "hf_generate", "vllm")
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    """One backend, ``1 + steps`` training steps of the default job; per-step times."""
+    """One backend, ``1 + steps`` training steps of the default job (or of its ``shape``); per-step times."""
     import lightning as L
     import torch
 
@@ -36,18 +37,21 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.rollout.vllm import VLLMRollout
     from agon_lightning.training.module import AgonModule
+    from agon_lightning.training.options import GRPOOptions
     from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
     steps, backend = config["steps"], config["backend"]
+    prompts, generations, max_new_tokens = config["shape"]
     reuse_freed_memory()
     L.seed_everything(0, verbose=False)
     # vLLM's default sizes its KV cache from the machine's memory; 1 GiB holds this job many times over.
     rollout = (
-        VLLMRollout(max_new_tokens=80, kv_cache_memory_gib=1.0)
+        VLLMRollout(max_new_tokens=max_new_tokens, kv_cache_memory_gib=1.0)
         if backend == "vllm"
-        else HFRollout(max_new_tokens=80, fused_decode=backend == "hf")
+        else HFRollout(max_new_tokens=max_new_tokens, fused_decode=backend == "hf")
     )
     module = AgonModule(
+        grpo=GRPOOptions(num_generations=generations),
         rollout=rollout,
         verifier=ReasoningGymVerifier(),
         optimizer=lambda params: torch.optim.AdamW(params, lr=4e-4, weight_decay=0.0),
@@ -55,7 +59,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     )
     data = ReasoningGymDataModule(
         tasks={"chain_sum": {"min_terms": 3, "max_terms": 4, "min_digits": 2, "max_digits": 2}},
-        train_size=16 * (steps + 1), val_size=1, batch_size=16, data_seed=1,
+        train_size=prompts * (steps + 1), val_size=1, batch_size=prompts, data_seed=1,
     )  # fmt: skip
     timer = StepTimer()
     trainer = L.Trainer(
@@ -75,8 +79,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="measured steps per backend (after 1 warm-up)")
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    parser.add_argument("--prompts", type=int, default=16, help="P, problems per step (the default job's)")
+    parser.add_argument(
+        "--generations", type=int, default=8, help="N, drafts per problem (the default job's)"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=80, help="the default job's")
+    add_results_dir(parser)
     args = parser.parse_args()
-    results = {b: spawn(MODULE, {"backend": b, "steps": args.steps}, timeout=1800) for b in args.backends}
+    shape = (args.prompts, args.generations, args.max_new_tokens)
+    results = {
+        b: spawn(MODULE, {"backend": b, "steps": args.steps, "shape": shape}, timeout=1800)
+        for b in args.backends
+    }
     rows = []
     for backend, r in results.items():
         tokens = r["rollout_tokens"]
@@ -85,15 +99,17 @@ def main() -> None:
             r["first_step_s"], r["peak_rss_mb"],
         ])  # fmt: skip
     print_table(
-        f"Rollout backends, the default job's step on this CPU (median of {args.steps} steps, 1 thread)",
+        f"Rollout backends, the default job's step on this CPU (P={args.prompts} N={args.generations} "
+        f"T={args.max_new_tokens}, median of {args.steps} steps, 1 thread)",
         ["backend", "step s", "generate s", "update s", "rollout tokens/step", "gen tokens/s",
          "first step s (incl. start)", "peak RSS MB"],
         rows,
     )  # fmt: skip
     write_json(
         "rollout_backends",
-        {"steps": args.steps, "median_step_s": {b: median(r["step_s_all"]) for b, r in results.items()},
+        {"steps": args.steps, "shape": shape, "median_step_s": {b: median(r["step_s_all"]) for b, r in results.items()},
          "results": results},
+        args.results_dir,
     )  # fmt: skip
 
 

@@ -141,12 +141,14 @@ def run_worker(package_root: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from benchmarks.common import print_table, write_json
+    from benchmarks.common import add_results_dir, print_table, write_json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", help="an older git revision to measure side by side")
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    add_results_dir(parser)
     cli = parser.parse_args()
     trees = {"now": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,7 +159,7 @@ def main() -> None:
             trees = {cli.against: old, "now": ROOT}
         try:
             results: dict[str, dict[str, Any]] = {}
-            for dtype in DTYPES:  # revisions side by side within each dtype
+            for dtype in cli.dtypes:  # revisions side by side within each dtype
                 for name, tree in trees.items():
                     results[f"{name}/{dtype}"] = run_worker(tree, {"dtype": dtype, "new_tokens": cli.new_tokens,
                                                                    "seed": cli.seed})  # fmt: skip
@@ -176,7 +178,9 @@ def main() -> None:
         f"Sampler vs trainer log-prob mismatch after one update (tiny Qwen3, 32 samples × {cli.new_tokens} tokens)",
         ["revision", "dtype", "path", "adapter rows", "base rows", "adapter / base", "adapter sampling s (best of 3)"], rows,
     )  # fmt: skip
-    write_json("sampler_precision", {"against": cli.against, "table": table, "results": results})
+    write_json(
+        "sampler_precision", {"against": cli.against, "table": table, "results": results}, cli.results_dir
+    )
 
 
 if __name__ == "__main__":

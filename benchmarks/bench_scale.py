@@ -25,7 +25,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Workload, build_model_dir, median, print_table, spawn, work_config, write_json
+from benchmarks.common import (
+    Workload,
+    add_results_dir,
+    build_model_dir,
+    median,
+    print_table,
+    spawn,
+    work_config,
+    write_json,
+)
 from benchmarks.scale_flops import generation_flops, matmul_flops_per_s, update_flops
 
 TRL_WORKER = "benchmarks.bench_vs_trl"
@@ -217,6 +226,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1, help="measured steps after the warm-up step")
     parser.add_argument("--rounds", type=int, default=1, help="repeats of the ours, TRL, TRL, ours order")
     parser.add_argument("--runs-from", type=Path, help="--vs-trl: recompute the table from this result JSON")
+    add_results_dir(parser)
     cli = parser.parse_args()
     if cli.vs_trl:
         args = (
@@ -229,10 +239,10 @@ def main() -> None:
             cli.runs_from,
         )
         result = vs_trl(*args)
-        write_json(f"scale_vs_trl_{cli.arch}", result)
+        write_json(f"scale_vs_trl_{cli.arch}", result, cli.results_dir)
     else:
         result = paths(cli.arch, cli.prompts, cli.generations, cli.max_new_tokens, cli.steps)
-        write_json(f"scale_paths_{cli.arch}", result)
+        write_json(f"scale_paths_{cli.arch}", result, cli.results_dir)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Fresh process per run, configurations interleaved, repeated.
 
     python -m benchmarks.bench_scaling
     python -m benchmarks.bench_scaling --game grpo --rounds 1 --steps 2
+    python -m benchmarks.bench_scaling --doublings T     # the base and T × 2 only
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ def main() -> None:
     parser = workload_parser(__doc__, rounds=2, rounds_help="runs of every shape", steps=3)
     parser.add_argument("--game", choices=["agon", "grpo"], default="agon")
     parser.add_argument("--summarizer", choices=SUMMARIZERS, default="strip_trace")
+    parser.add_argument(
+        "--doublings", nargs="+", choices=["N", "P", "T"], default=["N", "P", "T"], help="which to double"
+    )
     cli = parser.parse_args()
     base = workload_of(cli)
-    variants = {
-        "base": base,
-        "N × 2": replace(base, generations=2 * base.generations),
-        "P × 2": replace(base, prompts=2 * base.prompts),
-        "T × 2": replace(base, max_new_tokens=2 * base.max_new_tokens),
+    doubled = {
+        "N": replace(base, generations=2 * base.generations),
+        "P": replace(base, prompts=2 * base.prompts),
+        "T": replace(base, max_new_tokens=2 * base.max_new_tokens),
     }
+    variants = {"base": base, **{f"{k} × 2": w for k, w in doubled.items() if k in cli.doublings}}
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
     with tempfile.TemporaryDirectory() as root:
         for _ in range(cli.rounds):
@@ -67,7 +71,7 @@ def main() -> None:
         ["run", "shape", "rollout tokens/step", "wall s/step", "CPU s/step", "tokens ×", "wall ×", "CPU ×"],
         rows,
     )  # fmt: skip
-    write_json("scaling", {"game": cli.game, "table": table, "runs": runs})
+    write_json("scaling", {"game": cli.game, "table": table, "runs": runs}, cli.results_dir)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import print_table, write_json
+from benchmarks.common import add_results_dir, print_table, write_json
 
 
 def make_bundle(path: Path, max_new_tokens: int = 40) -> Path:
@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=48, help="requests per measurement")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--max-new-tokens", type=int, default=40, help="each stage's budget")
+    add_results_dir(parser)
     args = parser.parse_args()
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 
@@ -157,6 +158,7 @@ def main() -> None:
         "serve",
         {"requests": args.requests, "max_new_tokens": args.max_new_tokens,
          "results": {name: {str(c): r for c, r in by.items()} for name, by in results.items()}},
+        args.results_dir,
     )  # fmt: skip
 
 

@@ -36,7 +36,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Workload, build_model_dir, make_problems, median, print_table, write_json
+from benchmarks.common import (
+    Workload,
+    add_results_dir,
+    build_model_dir,
+    make_problems,
+    median,
+    print_table,
+    write_json,
+)
 
 MODULE = "benchmarks.bench_sharded_generation"
 STRATEGIES = ("fsdp2", "zero3")
@@ -194,6 +202,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (after one warm-up)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    add_results_dir(parser)
     args = parser.parse_args()
     if args.worker:
         config = json.loads(args.worker[0])
@@ -216,7 +225,11 @@ def main() -> None:
     title = f"Sampling under sharding, P={work.prompts} N={work.generations} T={work.max_new_tokens}, 2 gloo processes"
     print_table(title, ["strategy", "mode", "all-gathers / rollout", "s / rollout", "speed-up vs per_layer", "tokens"],
                 table)  # fmt: skip
-    write_json("sharded_generation", {"workload": work.__dict__, "rounds": args.rounds, "rows": rows})
+    write_json(
+        "sharded_generation",
+        {"workload": work.__dict__, "rounds": args.rounds, "rows": rows},
+        args.results_dir,
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ measurable cost of one step of staleness, and nothing smaller is claimed.
 
     python -m benchmarks.bench_staleness --part speed --steps 8
     python -m benchmarks.bench_staleness --part accuracy --seeds 0 1 2
+    python -m benchmarks.bench_staleness --part speed --steps 3 -- --data.init_args.batch_size=2   # a quick look
+
+Arguments after ``--`` are more ``agon fit`` overrides for every run (the server is the same).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import median, print_table, write_json
+from benchmarks.common import add_results_dir, median, print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs/agon.yaml"
@@ -110,10 +113,10 @@ def run_fit(url: str, staleness: int, root: Path, extra: list[str]) -> list[dict
     return [r for f in sorted(root.rglob("metrics.csv")) for r in csv.DictReader(f.open())]
 
 
-def speed(url: str, steps: int, scratch: Path) -> dict[str, Any]:
+def speed(url: str, steps: int, scratch: Path, overrides: list[str]) -> dict[str, Any]:
     """Steady steps/s at K = 0 and K = 1 (the default config, ``steps`` steps each)."""
     extra = [f"--trainer.limit_train_batches={steps}", "--trainer.limit_val_batches=0",
-             "--model.validate_at_start=false", "--trainer.callbacks=[]"]  # fmt: skip
+             "--model.validate_at_start=false", "--trainer.callbacks=[]", *overrides]  # fmt: skip
     runs: dict[str, Any] = {}
     for k in (0, 1):
         rows = [r for r in run_fit(url, k, scratch / f"speed-k{k}", extra) if r.get("train/drafter")]
@@ -131,12 +134,12 @@ def speed(url: str, steps: int, scratch: Path) -> dict[str, Any]:
     return runs
 
 
-def accuracy(url: str, seeds: list[int], scratch: Path) -> dict[str, Any]:
+def accuracy(url: str, seeds: list[int], scratch: Path, overrides: list[str]) -> dict[str, Any]:
     """Final ``val/deployed/pass@1`` of the default run at K = 0 and K = 1 for each seed."""
     out: dict[str, Any] = {}
     for seed in seeds:
         for k in (0, 1):
-            rows = run_fit(url, k, scratch / f"acc-s{seed}-k{k}", [f"--seed_everything={seed}"])
+            rows = run_fit(url, k, scratch / f"acc-s{seed}-k{k}", [f"--seed_everything={seed}", *overrides])
             final = [float(r["val/deployed/pass@1"]) for r in rows if r.get("val/deployed/pass@1")]
             out[f"seed={seed} K={k}"] = {"final_deployed_pass@1": final[-1], "curve": final}
     return out
@@ -151,6 +154,8 @@ def main() -> None:
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="accuracy: seed_everything values"
     )
+    add_results_dir(parser)
+    parser.add_argument("extra", nargs="*", help="more `agon fit` overrides for every run, after --")
     cli = parser.parse_args()
     if cli.steps < 3:
         parser.error(
@@ -160,7 +165,10 @@ def main() -> None:
     load_before = os.getloadavg()
     proc, url = start_server(scratch)
     try:
-        result = speed(url, cli.steps, scratch) if cli.part == "speed" else accuracy(url, cli.seeds, scratch)
+        if cli.part == "speed":
+            result = speed(url, cli.steps, scratch, cli.extra)
+        else:
+            result = accuracy(url, cli.seeds, scratch, cli.extra)
     finally:
         stop_server(proc)
     pinning = f"server on core {SERVER_CORE}, training on core {TRAIN_CORE}"
@@ -187,6 +195,8 @@ def main() -> None:
     command = f"python -m benchmarks.bench_staleness --part {cli.part} " + (
         f"--steps {cli.steps}" if cli.part == "speed" else "--seeds " + " ".join(map(str, cli.seeds))
     )
+    if cli.extra:
+        command += " -- " + " ".join(cli.extra)
     name = (
         "staleness_speed"
         if cli.part == "speed"
@@ -195,7 +205,7 @@ def main() -> None:
     write_json(name, {
         "tables": [table], "command": command, "pinning": pinning, "result": result,
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-    })  # fmt: skip
+    }, cli.results_dir)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -165,7 +165,7 @@ def main() -> None:
 
     default = (cli.prompts, cli.generations, cli.max_new_tokens) == (2, 4, 32)
     name = "vs_trl" if default else f"vs_trl_p{cli.prompts}_n{cli.generations}_t{cli.max_new_tokens}"
-    write_json(name, {"trl": trl.__version__, "table": table, "results": records})
+    write_json(name, {"trl": trl.__version__, "table": table, "results": records}, cli.results_dir)
 
 
 if __name__ == "__main__":

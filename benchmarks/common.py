@@ -73,7 +73,7 @@ def build_model_dir(root: Path, work: Workload) -> Path:
     The saved generation config sets ``min_new_tokens`` to ``max_new_tokens``: an untrained
     model samples EOS at random, and equal lengths make the compared work exactly equal.
     """
-    from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
+    from agon_lightning.infra.tiny import build_tokenizer
 
     shape = f"h{work.hidden_size}-l{work.num_layers}" if work.arch == "tiny" else work.arch
     path = root / f"{shape}-s{work.seed}-t{work.max_new_tokens}"
@@ -81,25 +81,9 @@ def build_model_dir(root: Path, work: Workload) -> Path:
         return path
     from transformers import GenerationConfig, Qwen3ForCausalLM
 
-    from agon_lightning.infra.shapes import qwen3_config
-
     tokenizer = build_tokenizer()
-    heads = max(work.hidden_size // 32, 2)
-    arch = TinyArchitecture(
-        hidden_size=work.hidden_size,
-        num_layers=work.num_layers,
-        num_heads=heads,
-        num_kv_heads=heads // 2,
-        intermediate_size=4 * work.hidden_size,
-        max_position_embeddings=2048,
-    )
     torch.manual_seed(work.seed)
-    if work.arch == "tiny":
-        config = arch.config(tokenizer)
-    else:
-        ids = dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-        config = qwen3_config(work.arch, **ids)
-    model = Qwen3ForCausalLM(config)
+    model = Qwen3ForCausalLM(model_config(work, tokenizer))
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -110,6 +94,27 @@ def build_model_dir(root: Path, work: Workload) -> Path:
     tokenizer.save_pretrained(tmp)
     tmp.rename(path)
     return path
+
+
+def model_config(work: Workload, tokenizer: Any) -> Any:
+    """The ``Qwen3Config`` of ``work.arch`` (``tiny``: ``work``'s width and depth) for ``tokenizer``'s ids."""
+    from agon_lightning.infra.shapes import qwen3_config
+    from agon_lightning.infra.tiny import TinyArchitecture
+
+    if work.arch != "tiny":
+        return qwen3_config(
+            work.arch, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        )
+    heads = max(work.hidden_size // 32, 2)
+    arch = TinyArchitecture(
+        hidden_size=work.hidden_size,
+        num_layers=work.num_layers,
+        num_heads=heads,
+        num_kv_heads=heads // 2,
+        intermediate_size=4 * work.hidden_size,
+        max_position_embeddings=2048,
+    )
+    return arch.config(tokenizer)
 
 
 def make_problems(count: int, seed: int = 0) -> list[Any]:
@@ -345,7 +350,18 @@ def workload_parser(
     parser.add_argument("--generations", type=int, default=4, help="N, rollouts per problem")
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="T, tokens per completion")
     parser.add_argument("--arch", default="tiny", help="tiny, or a published shape such as qwen3-0.6b")
+    add_results_dir(parser)
     return parser
+
+
+def add_results_dir(parser: argparse.ArgumentParser) -> None:
+    """The ``--results-dir`` option: where :func:`write_json` puts ``NAME.json`` (default ``benchmarks/results``)."""
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="folder for NAME.json (default: benchmarks/results)",
+    )
 
 
 def workload_of(cli: argparse.Namespace, **extra: Any) -> Workload:
@@ -388,14 +404,17 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     return text
 
 
-def write_json(name: str, data: dict[str, Any]) -> Path:
-    """Write ``data`` (plus the machine and library versions) to ``benchmarks/results/NAME.json``."""
+def write_json(name: str, data: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write ``data`` (plus the machine and library versions) to ``directory/NAME.json``.
+
+    ``directory`` is ``benchmarks/results`` unless a command line's ``--results-dir`` says otherwise.
+    """
     import platform
 
     import peft
     import transformers
 
-    RESULTS_DIR.mkdir(exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     data = {
         "environment": {
             "python": platform.python_version(),
@@ -407,7 +426,7 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
         },
         **data,
     }
-    path = RESULTS_DIR / f"{name}.json"
+    path = directory / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {path}")
     return path

@@ -2,8 +2,8 @@
 
 The same tiny Qwen3 and workload as ``bench_vs_trl.py`` (one thread), one warm-up step, then
 one profiled step. Prints the top operators by self CPU time and the top ``record_function``
-regions (generate, the update's forward and backward), which is what the README's profile
-tables quote.
+regions (``agon.play``: sampling, verifying; ``agon.update``: the forward, backward and optimizer
+step), which is what the README's profile tables quote, and writes them to ``profile_GAME.json``.
 
     python -m benchmarks.profile_step --prompts 16 --generations 8 --max-new-tokens 80
     python -m benchmarks.profile_step --game agon --rows 25
@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from benchmarks.common import Workload, build_model_dir, make_problems, single_thread
+from benchmarks.common import (
+    Workload,
+    add_results_dir,
+    build_model_dir,
+    make_problems,
+    single_thread,
+    write_json,
+)
 
 
-def profile(work: Workload, game: str, rows: int) -> str:
-    """One warm-up step, then one profiled step of ``AgonModule``; the profiler's tables as text."""
+def profile(work: Workload, game: str) -> Any:
+    """One warm-up step, then one profiled step of ``AgonModule``; the profiler's averages per operator."""
     import lightning as L
 
     from agon_lightning.adapters.policy import LoraOptions
@@ -62,20 +71,25 @@ def profile(work: Workload, game: str, rows: int) -> str:
             prompts=Prompts(chat_template=False), validate_at_start=False,
             optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),
         )  # fmt: skip
-        for name in ("_play", "_update"):  # labelled regions in the profile
-            setattr(module, name, _labelled(getattr(module, name), f"agon.{name.strip('_')}"))
+        for name in ("play", "update"):  # labelled regions in the profile (the step calls both by name)
+            setattr(module, name, _labelled(getattr(module, name), f"agon.{name}"))
         trainer = L.Trainer(
             max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
             callbacks=[Profile()], num_sanity_val_steps=0,
         )  # fmt: skip
         trainer.fit(module, FixedProblems(batch_size=work.prompts, seed=work.seed))
-    averages = prof.key_averages()
-    return averages.table(sort_by="self_cpu_time_total", row_limit=rows)
+    return prof.key_averages()
 
 
-def _labelled(fn, label: str):
-    def wrapped(*args, **kwargs):
+def top_operators(averages: Any, rows: int) -> list[dict[str, Any]]:
+    """The ``rows`` operators with the most self CPU time: name, self CPU ms, calls."""
+    ranked = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
+    return [{"op": e.key, "self_cpu_ms": e.self_cpu_time_total / 1e3, "calls": e.count} for e in ranked]
+
+
+def _labelled(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         with torch.profiler.record_function(label):
             return fn(*args, **kwargs)
 
@@ -90,12 +104,25 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--rows", type=int, default=30)
+    add_results_dir(parser)
     cli = parser.parse_args()
     single_thread()
     work = Workload(
         prompts=cli.prompts, generations=cli.generations, max_new_tokens=cli.max_new_tokens, kl_beta=cli.beta
     )
-    print(profile(work, cli.game, cli.rows))
+    averages = profile(work, cli.game)
+    table = averages.table(sort_by="self_cpu_time_total", row_limit=cli.rows)
+    print(table)
+    write_json(
+        f"profile_{cli.game}",
+        {
+            "game": cli.game,
+            "workload": work.__dict__,
+            "table": table,
+            "top": top_operators(averages, cli.rows),
+        },
+        cli.results_dir,
+    )
 
 
 if __name__ == "__main__":

@@ -112,17 +112,6 @@ def test_every_lever_switches_off_and_back_on():
     assert all("forward" in vars(m) for m in fast_lora.lora_layers(module.policy))
 
 
-def test_bench_scale_runs_every_path_on_a_tiny_shape():
-    from benchmarks.bench_scale import paths
-
-    result = paths("tiny", prompts=1, generations=2, max_new_tokens=4, steps=1)
-    for dtype in ("float32", "bfloat16"):
-        r = result["results"][dtype]
-        assert r["cascade_answers"] == 2 and r["checkpoint_mb"] > 0 and r["skipped_steps"] == 0
-        assert len(r["mismatch_per_step"]) == 2 and all(m < 0.05 for m in r["mismatch_per_step"])
-    assert "| bfloat16 |" in result["table"]
-
-
 def test_the_plan_counts_the_qwen3_0_6b_base_as_the_hand_count():
     from agon_lightning.infra.plan import Shape
 
