@@ -128,12 +128,36 @@ def test_every_fence_names_its_language_and_every_mark_is_known():
     )
 
 
-def test_the_readmes_links_reach_files_of_the_checkout():
+# A Markdown link or image: [text](target "title"), the text holding at most one level of brackets.
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s<>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+CODE = re.compile(r"^(\s*)```.*?^\1```|`[^`\n]+`", re.S | re.M)  # fenced blocks and code spans
+
+
+def relative_links(path: Path) -> list[str]:
+    """Every relative link and image target of a Markdown file, outside code, anchors kept."""
+    text = CODE.sub("", path.read_text())
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+def test_the_link_reader_skips_code_and_absolute_links(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text(
+        '[a](b.md#x) ![img](plots/c.png) [`code` in text](d/e.md "title") [web](https://x.org/y.md)\n'
+        '[self](#anchor) `[not](code.md)`\n\n```python\nx = "[no](fence.md)"\n```\n[f [nested] g](h.md)\n'
+    )
+    assert relative_links(page) == ["b.md#x", "plots/c.png", "d/e.md", "h.md"]
+
+
+def test_every_relative_link_of_the_docs_and_the_readme_reaches_a_file_of_the_checkout():
+    """The docs read as Markdown in a checkout: no link points at a page that exists only on the built
+    site (those link the file the page is built from; docs/hooks/generate.py maps it for the site)."""
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in PAGES for target in relative_links(page)
+              if not (page.parent / target.partition("#")[0]).exists()]  # fmt: skip
+    assert broken == [], (
+        "links to nothing in the checkout (link the file, not the site's page):\n" + "\n".join(broken)
+    )
     readme = (ROOT / "README.md").read_text()
-    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
-    local = [link for link in links if "://" not in link]
-    assert "docs/get-started.md" in local
-    assert [link for link in local if not (ROOT / link).exists()] == []
+    assert "docs/get-started.md" in relative_links(ROOT / "README.md")
     assert len(readme.splitlines()) <= 200, "the README fits on a screen or two; the rest belongs in docs/"
 
 
@@ -328,6 +352,42 @@ def generated() -> dict[str, str]:
     finally:
         sys.path.pop(0)
     return generate.generate_all()
+
+
+def test_on_the_site_every_link_of_a_doc_page_reaches_a_page_or_a_plot_it_serves(generated):
+    """What ``mkdocs build --strict`` checks, without MkDocs: after the hook's rewrite, a relative
+    link of a page under docs/ reaches a doc page, a generated page or a served plot."""
+    import generate
+
+    served = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*") if p.is_file()}
+    served |= set(generated) | set(generate.plots().values())
+    missing = []
+    for page in (p for p in PAGES if p.parent != ROOT):
+        uri = str(page.relative_to(ROOT / "docs"))
+        for target in relative_links(page):
+            link = generate.site_link(target, uri, "https://host/repo")
+            if "://" in link:
+                continue  # a repository file the site does not build: its page on the host
+            where = os.path.normpath(os.path.join(os.path.dirname(uri), link.partition("#")[0]))
+            if where not in served:
+                missing.append(f"{uri}: {target} -> {link}")
+    assert missing == [], "links the built site would not serve:\n" + "\n".join(missing)
+    assert (
+        generate.site_link("../../benchmarks/README.md", "tutorials/x.md", "h") == "../results/benchmarks.md"
+    )
+    assert generate.site_link("../../agon_lightning/cli/commands.py#agon-plan", "tutorials/x.md", "h") == (
+        "../reference/commands.md#agon-plan"
+    )
+    assert generate.site_link("../../callbacks/__init__.py", "guides/x.md", "h") == (
+        "../reference/config.md#trainercallbacks-the-callbacks"
+    )
+    assert generate.site_link("../benchmarks/results/countdown/s2/sweep/pass_at_1.png", "index.md", "h") == (
+        "results/countdown-s2/pass_at_1.png"
+    )
+    assert generate.site_link("../benchmarks/results/countdown/s2/README.md", "index.md", "https://h/r/") == (
+        "https://h/r/blob/main/benchmarks/results/countdown/s2/README.md"
+    )
+    assert generate.site_link("guides/vllm.md#install", "index.md", "h") == "guides/vllm.md#install"
 
 
 def test_the_reference_pages_hold_every_command_option_and_component(generated):

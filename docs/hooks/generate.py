@@ -12,6 +12,11 @@ Nothing here is committed as a page: at every ``mkdocs build`` the hook reads
 
 so a renamed option, a new command or a new result shows on the site without anyone editing
 it. A command whose help fails to build fails the build.
+
+The pages under ``docs/`` read as Markdown in a checkout too: a page links a file of the repository
+by its relative path (``../benchmarks/results/countdown/s2/README.md``), never a page that exists
+only on the site; on the site, :func:`on_page_markdown` points each such link at the page or plot
+built from that file (:data:`BUILT_FROM`, :func:`plots`), else at the file on the repository's host.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import importlib
 import inspect
 import io
 import os
+import posixpath
 import re
 import typing
 from pathlib import Path
@@ -343,11 +349,14 @@ def countdown_page() -> str:
         " the testbed's preconditions: `benchmarks/results/countdown/README.md` and"
         " [the Countdown testbed](../testbeds/countdown.md).",
         PASS_AT_1,
-        "**What it shows.** Agon − GRPO is +0.134 [+0.088, +0.178] on the main split (shown), and so is"
-        " the exchange step (cooperative − GRPO). The competition step (Agon − cooperative) is not"
+        "**What it shows.** Agon − GRPO is +0.134 [+0.088, +0.178] on the main split (shown as registered),"
+        " and so is the exchange step (cooperative − GRPO). The competition step (Agon − cooperative) is not"
         " resolved. And the untrained base reading its own summary (`moa_untrained`, 70.6) does as well"
         " as Agon (69.2): the gain over GRPO is the two-pass cascade's; what Agon's *training* adds is not"
-        " measured by this sweep.",
+        " measured by this sweep. Two caveats found since (the design's *Corrections to S1*): the base had"
+        " seen 805 of the 980 held-out main problems in SFT, and the registered percentile bootstrap"
+        " under-covers at 3 seeds (a t over seeds gives Agon − GRPO +0.138 [+0.060, +0.216]). Experiment S2"
+        " (`benchmarks/results/countdown/s2/README.md`) asks the question again on a corrected testbed.",
         result_file(folder / "paper_table.md"),
         result_file(folder / "endpoints.md"),
         PASS_BY_DRAWS,
@@ -403,6 +412,76 @@ PAGES = {
 }
 
 
+#: A file of the repository → the generated page built from it, for a doc page's link to that file.
+BUILT_FROM = {
+    "agon_lightning/cli/commands.py": "reference/commands.md",
+    "agon_lightning/training/module.py": "reference/config.md",
+    "callbacks/__init__.py": "reference/config.md#trainercallbacks-the-callbacks",
+    "agon_lightning/cli/registry.py": "reference/components.md",
+    "agon_lightning/__init__.py": "reference/api.md",
+    **dict.fromkeys(
+        [f"benchmarks/results/countdown/sweep/{f}" for f in ("endpoints.md", "paper_table.md", "results.md")],
+        "results/countdown.md",
+    ),
+    **dict.fromkeys(
+        [f"benchmarks/results/sweep_paper/{f}" for f in ("README.md", "paper_table.md", "results.md")],
+        "results/sweep-paper.md",
+    ),
+    **{
+        f"benchmarks/results/{n}/{f}": "results/sweeps.md"
+        for n in ("sweep_tiny", "sweep_small")
+        for f in ("README.md", "results.md")
+    },
+    "benchmarks/README.md": "results/benchmarks.md",
+    "benchmarks/results/scale.md": "results/scale.md",
+}
+#: Each folder of committed plots the site serves, and where (``results/NAME/``).
+PLOT_FOLDERS = {
+    "countdown": RESULTS / "countdown" / "sweep",
+    "countdown-s2": RESULTS / "countdown" / "s2" / "sweep",
+    **{n: RESULTS / n for n in ("sweep_paper", "sweep_tiny", "sweep_small")},
+}
+LINK = re.compile(r"(\]\()([^)\s]+)(\))")
+
+
+def plots() -> dict[str, str]:
+    """Every committed plot the site serves: its path in the repository → its path on the site."""
+    return {
+        str(png.relative_to(ROOT)): f"results/{name}/{png.name}"
+        for name, folder in PLOT_FOLDERS.items()
+        for png in sorted(folder.glob("*.png"))
+    }
+
+
+def site_link(target: str, page: str, repo_url: str) -> str:
+    """A link of the doc page ``page`` (its path under ``docs/``) as the site serves it.
+
+    A link within ``docs/`` (or not relative) stays; a link to a file of the repository outside it
+    goes to the page or plot built from that file, else to the file on ``repo_url``'s host; a link
+    to nothing stays, for MkDocs to report.
+    """
+    path, hash_, anchor = target.partition("#")
+    if not path or "://" in path or path.startswith(("/", "mailto:")):
+        return target
+    where = posixpath.normpath(posixpath.join("docs", posixpath.dirname(page), path))
+    if where.startswith(("docs/", "../")) or not (ROOT / where).exists():
+        return target
+    built = BUILT_FROM.get(where) or plots().get(where)
+    if built is None:
+        kind = "tree" if (ROOT / where).is_dir() else "blob"
+        return f"{repo_url.rstrip('/')}/{kind}/main/{where}" + hash_ + anchor
+    built_path, _, built_anchor = built.partition("#")
+    anchor = anchor or built_anchor
+    return posixpath.relpath(built_path, posixpath.dirname(page) or ".") + ("#" + anchor if anchor else "")
+
+
+def on_page_markdown(markdown_text: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs' hook: a link to a file of the repository outside ``docs/`` is pointed at what the
+    site serves for it (:func:`site_link`), before MkDocs checks every link."""
+    page_uri, repo_url = page.file.src_uri, config["repo_url"]
+    return LINK.sub(lambda m: m[1] + site_link(m[2], page_uri, repo_url) + m[3], markdown_text)
+
+
 ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
 
 
@@ -424,11 +503,8 @@ def on_files(files: Any, config: Any) -> Any:
 
     for uri, build in PAGES.items():
         files.append(File.generated(config, uri, content=build()))
-    for name, folder in [("countdown", RESULTS / "countdown" / "sweep")] + [
-        (n, RESULTS / n) for n in ("sweep_paper", "sweep_tiny", "sweep_small")
-    ]:
-        for png in sorted(folder.glob("*.png")):
-            files.append(File.generated(config, f"results/{name}/{png.name}", content=png.read_bytes()))
+    for source, uri in plots().items():
+        files.append(File.generated(config, uri, content=(ROOT / source).read_bytes()))
     return files
 
 

@@ -16,6 +16,11 @@ a decision is *final* only when every registered seed of both rows is in the arc
 Part 3 of the design registers a second family in the same sweep, the league of past rivals and
 the per-role KL anchor against Agon (Holm over its two primaries), with the adapters' divergence
 at the last measurement beside them; ``--family league`` writes ``endpoints_league.md``/``.json``.
+
+Beside each interval stands its minimum detectable effect (:func:`minimum_detectable`): the
+smallest true difference the registered test finds with 80% power, so a difference that is not
+resolved is read with the size it could have missed. A secondary is registered without a
+decision: its p is printed, and its decision column says so.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from agon_lightning.experiments.stats import crossed_t, holm, seed_t
+from agon_lightning.experiments.stats import crossed_t, holm, seed_t, t_quantile
 from agon_lightning.game.names import ALPHA
 
 ALPHA_LEVEL = 0.05
+POWER = 0.8  # the power a minimum detectable effect is stated at
+SECONDARY = "no decision (secondary)"  # what the registration decides for a secondary
 SPLITS = (("", "main"), ("hard", "hard"))  # (the outcomes' split tag, its name)
 #: (name, (variant, key), (reference variant, key)): the key is the evaluator's, at the last evaluation.
 Comparison = tuple[str, tuple[str, str], tuple[str, str]]
@@ -133,6 +140,9 @@ class Endpoint:
     problems: int = 0
     decision: str = "not run"
     final: bool = False
+    se: float | None = None  # the crossed interval's standard error
+    mde: float | None = None  # minimum detectable effect at 80% power, two-sided α = 0.05
+    mde_holm: float | None = None  # the same at Holm's first step (α over the primaries); primaries only
 
 
 def outcomes_of(run_dir: Path, key: str, split: str) -> dict[str, bool]:
@@ -163,8 +173,47 @@ def table(
     return a, b
 
 
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * np.array([math.erfc(-v / math.sqrt(2)) for v in np.ravel(x)]).reshape(np.shape(x))
+
+
+def minimum_detectable(se: float, df: float, alpha: float = ALPHA_LEVEL, power: float = POWER) -> float:
+    """The smallest true difference a two-sided t test at ``alpha`` rejects with probability ``power``.
+
+    With the interval's standard error ``se`` and degrees of freedom ``df``, the test statistic of a
+    true difference δ is a noncentral t (``df``, noncentrality δ / se); this returns the δ at which
+    P(|T| > t_{1−α/2, df}) = ``power``, exactly: the normal numerator integrated over the density of
+    the t's denominator sqrt(χ²_df / df). (The shortcut (t_{1−α/2} + t_power)·se is 1% short at 4
+    degrees of freedom and α = 0.05, 4% short at α = 0.05 / 3.)
+
+    Raises:
+        ValueError: ``se`` not positive, ``df`` below 1, or ``alpha`` / ``power`` outside (0, 1).
+    """
+    if not (se > 0 and df >= 1 and 0 < alpha < 1 and 0 < power < 1):
+        raise ValueError(
+            f"need se > 0, df >= 1 and alpha, power in (0, 1); got se={se}, df={df}, alpha={alpha}, power={power}"
+        )
+    critical = t_quantile(1 - alpha / 2, df)
+    spread = 1 / math.sqrt(2 * df)  # the denominator's sd, about
+    w = np.linspace(max(0.0, 1 - 12 * spread), 1 + 12 * spread, 2001)
+    # the denominator's density up to a constant (normalised below); w = 0 has density 0 unless df = 1
+    log_density = (df - 1) * np.log(np.maximum(w, 1e-300)) - df * w * w / 2
+    weight = np.exp(log_density - log_density.max())
+    weight /= weight.sum()
+
+    def rejects(shift: float) -> float:
+        return float(weight @ (_normal_cdf(shift - critical * w) + _normal_cdf(-shift - critical * w)))
+
+    low, high = 0.0, critical + 10.0
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (mid, high) if rejects(mid) < power else (low, mid)
+    return (low + high) / 2 * se
+
+
 def decide(mean: float, p_adjusted: float) -> str:
-    """*shown* / *contradicted* when the (Holm-adjusted) p is below 0.05, by the sign; else *not resolved*."""
+    """A primary's decision: *shown* / *contradicted* when its Holm-adjusted p is below 0.05, by the
+    sign; else *not resolved*."""
     if p_adjusted < ALPHA_LEVEL:
         return "shown" if mean > 0 else "contradicted"
     return "not resolved"
@@ -184,11 +233,16 @@ def compute(runs: dict[tuple[str, int], Path], registration: Registration = S2) 
                 if pair is not None and pair[0].shape[0] >= 2 and pair[0].shape[1] >= 2:
                     d = crossed_t(*pair)
                     e.mean, e.low, e.high, e.p, e.df = d.mean, d.low, d.high, d.p, d.df
-                    e.seeds, e.problems = d.seeds, d.problems
+                    e.seeds, e.problems, e.se = d.seeds, d.problems, d.se
+                    e.mde = minimum_detectable(d.se, d.df) if d.se > 0 else None
                     if primary and split == "main":
                         family.append(e)
+                        if d.se > 0:  # Holm's first step tests the smallest p at α over the primaries
+                            e.mde_holm = minimum_detectable(
+                                d.se, d.df, ALPHA_LEVEL / len(registration.primaries)
+                            )
                     else:
-                        e.decision = decide(d.mean, d.p)
+                        e.decision = SECONDARY
                 out.append(e)
         # Holm over the primaries (the main split's); every other figure is read at its own p.
         adjusted = holm({e.name: e.p for e in family})
@@ -320,20 +374,27 @@ def markdown(
         f"{registration.section} of `README.md` registers them: deployed held-out pass@1 at the last "
         "evaluation, paired by seed and problem, the crossed t interval (new seeds and new problems), Holm's "
         f"correction over the {len(registration.primaries)} primaries. A decision is *final* only when every "
-        "registered seed of both rows is archived.",
+        "registered seed of both rows is archived. A secondary is registered without a decision: its p is its "
+        "own, uncorrected. MDE: the smallest true difference the test detects with 80% power, two-sided at "
+        "α = 0.05 (in parentheses at Holm's first step, α = 0.05 / "
+        f"{len(registration.primaries)}), from the interval's standard error and df (`minimum_detectable`).",
         "",
         "Runs archived (seeds): " + "; ".join(f"`{v}` {s}" for v, s in ran.items()) + ".",
         "",
-        "| endpoint | split | difference [95% interval] | p (Holm) | df | seeds × problems | decision | final? |",
-        "|---|---|---|---|---|---|---|---|",
+        "| endpoint | split | difference [95% interval] | p (Holm) | df | MDE, 80% power (Holm) | seeds × problems "
+        "| decision | final? |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for e in endpoints:
         cell = "—" if e.mean is None else f"{e.mean:+.3f} [{e.low:+.3f}, {e.high:+.3f}]"
         p = "—" if e.p is None else f"{e.p:.4f}" + ("" if e.p_holm is None else f" ({e.p_holm:.4f})")
         df = "—" if e.df is None else f"{e.df:.1f}"
+        mde = (
+            "—" if e.mde is None else f"{e.mde:.3f}" + ("" if e.mde_holm is None else f" ({e.mde_holm:.3f})")
+        )
         name = f"**primary: {e.name}**" if e.primary and e.split == "main" else e.name
-        lines.append(f"| {name} | {e.split} | {cell} | {p} | {df} | {e.seeds} × {e.problems} | {e.decision} | "
-                     f"{'final' if e.final else 'interim'} |")  # fmt: skip
+        lines.append(f"| {name} | {e.split} | {cell} | {p} | {df} | {mde} | {e.seeds} × {e.problems} | "
+                     f"{e.decision} | {'final' if e.final else 'interim'} |")  # fmt: skip
     if divergence:
         lines += [
             "",
