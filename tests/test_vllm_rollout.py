@@ -219,12 +219,14 @@ def test_agon_serve_runs_a_batch_of_requests_through_the_engine(module, engine, 
     server = Server(cascade, "vllm")
     questions = [p.question for p in problems(4, seed=12)]
     jobs = [server.job(CompletionRequest(prompt=q, temperature=0), [q]) for q in questions]
-    server.runner.run(jobs)  # one batch: both stages, one engine call each
+    server.runner.run(
+        [j.take(j.rows) for j in jobs]
+    )  # one batch of whole jobs: both stages, one engine call each
     expected = [r.final.final for r in cascade.solve(questions)]  # the same batch through Cascade
     assert [j.future.result().choices[0].text for j in jobs] == expected
     streamed, pieces = server.job(CompletionRequest(prompt=questions[1], temperature=0), questions[1:2]), []
     streamed.emit = lambda index, item: pieces.append(item) if isinstance(item, str) else None
-    server.runner.run([streamed])  # on vLLM the final text arrives in one piece
+    server.runner.run([streamed.take(streamed.rows)])  # on vLLM the final text arrives in one piece
     assert pieces == [streamed.future.result().choices[0].text]
     with pytest.raises(APIError, match="seed is honoured on the hf backend only"):
         server.job(CompletionRequest(prompt="1+1", seed=1), ["1+1"])
