@@ -12,8 +12,11 @@ move: code that imports them from here keeps working.
 from __future__ import annotations
 
 from agon_lightning import moved
+from agon_lightning.infra.lazy import lazy_names
 
-moved.install()  # old module paths (agon_lightning.cascade, ...) load the moved modules
+# the old module paths (moved.MOVED) load the moved modules, with a DeprecationWarning, until
+# moved.REMOVED_AFTER
+moved.install()
 
 # public name → the module that defines it. The built-in components (ExactMatchVerifier,
 # HFRollout, ...) stay in their modules: LightningCLI prints a class chosen by its bare name
@@ -35,8 +38,8 @@ _EXPORTS: dict[str, str] = {
     # the component interfaces
     "Verifier": "agon_lightning.verifiers.base",
     "Summarizer": "agon_lightning.summarizers.base",
-    "Reward": "agon_lightning.rewards",
-    "RoleRewards": "agon_lightning.rewards",
+    "Reward": "agon_lightning.game.rewards",
+    "RoleRewards": "agon_lightning.game.rewards",
     "Rollout": "agon_lightning.rollout.base",
     "RolloutBatch": "agon_lightning.rollout.base",
     # data modules
@@ -50,4 +53,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = moved.lazy_names(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

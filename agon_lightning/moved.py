@@ -1,4 +1,4 @@
-"""The import paths of modules that moved into the job folders keep working.
+"""The import paths of modules and names that moved, kept working until :data:`REMOVED_AFTER`.
 
 Configs, bundles (``agon.json``), checkpoints and plugins written before the package was
 laid out by job name classes by their old paths (``agon_lightning.cascade.Cascade``,
@@ -6,6 +6,13 @@ laid out by job name classes by their old paths (``agon_lightning.cascade.Cascad
 module name in :data:`MOVED` with the module at its new path — the same module object, so
 its classes are the same classes, and patching one path patches the other. There is no file
 at an old path (the move stays a move in the history); the table below is the whole alias.
+A name a module defined before it moved to another module is answered by that module's
+``__getattr__`` (:func:`moved_names`, :data:`MOVED_NAMES`).
+
+Each old path and name warns the first time it is used (a ``DeprecationWarning`` naming the new
+one and the date), and stops working after :data:`REMOVED_AFTER`: this module goes then, with its
+``install()`` in the package's ``__init__`` and the ``moved_names`` hooks. Nothing of the package,
+its configs, tests or docs uses an old path (``tests/test_moved_paths.py`` holds it to that).
 """
 
 from __future__ import annotations
@@ -15,9 +22,13 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+#: The last day the old paths and names work; the next release after it removes them.
+REMOVED_AFTER = "2027-06-01"
 
 # old module → where it lives now
 MOVED: dict[str, str] = {
@@ -87,6 +98,45 @@ MOVED: dict[str, str] = {
 # ``agon`` command (``agon_lightning.cli:main``, ``COMMANDS``, ``AgonCLI``) and the table's one
 # name that moved out of it, ``LIGHTNING_MAIN``, is imported back.
 
+# names a module defined before they moved to another module: module → {name: the module that defines it now}
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    # before sampling had a package of its own
+    "agon_lightning.adapters.fast_lora": {"merged_for_sampling": "agon_lightning.rollout.merged"},
+    # before the arithmetic examples moved to their testbed's folder
+    "agon_lightning.training.sft_data": dict.fromkeys(
+        ("DEFAULT_RIVAL_MIX", "rival_draft", "build_examples", "eval_examples"),
+        "agon_lightning.testbeds.chain_sum.sft",
+    ),
+}
+_WARNED: set[str] = set()  # the old paths and names that have warned in this process
+
+
+def warn_moved(old: str, new: str) -> None:
+    """A ``DeprecationWarning`` that ``old`` is now ``new`` (once per process and old path),
+    pointing at the first caller outside this module and the import machinery."""
+    if old in _WARNED:
+        return
+    _WARNED.add(old)
+    message = f"{old} has moved to {new}; the old path stops working after {REMOVED_AFTER}: use {new}"
+    warnings.warn(message, DeprecationWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` (for :func:`warn_moved`) of the first frame outside this module and importlib.
+
+    ``warnings`` itself steps over the import system's frozen ``_bootstrap`` frames: only the others count.
+    """
+    frame, level = sys._getframe(2), 2
+    while frame is not None and (
+        frame.f_code.co_filename == __file__ or frame.f_globals.get("__name__", "").startswith("importlib")
+    ):
+        frame = frame.f_back
+        if frame is not None and not (
+            "importlib" in frame.f_code.co_filename and "_bootstrap" in frame.f_code.co_filename
+        ):
+            level += 1
+    return level
+
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old module name of :data:`MOVED` and loads it as the module at its new path."""
@@ -96,6 +146,7 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
+        warn_moved(fullname, MOVED[fullname])
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
@@ -111,25 +162,15 @@ def install() -> None:
         sys.meta_path.append(MovedModules())
 
 
-def lazy_names(module: str, where: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``module`` (PEP 562): each name of ``where`` (name → the
-    module that defines it) is imported from there on first use and kept in ``module``.
-
-    For a package's public names and for names a module defined before they moved to another:
-    ``from module import name`` gives the object at its new place, and importing ``module`` loads
-    nothing more.
-    """
-    namespace = sys.modules[module].__dict__
+def moved_names(module: str) -> Callable[[str], Any]:
+    """``__getattr__`` for ``module`` (PEP 562): each of its :data:`MOVED_NAMES`, from the module
+    that defines it now, with :func:`warn_moved`."""
+    where = MOVED_NAMES[module]
 
     def __getattr__(name: str) -> Any:
-        source = where.get(name)
-        if source is None:
+        if name not in where:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(source), name)
-        namespace[name] = value  # later look-ups skip this function
-        return value
+        warn_moved(f"{module}.{name}", f"{where[name]}.{name}")
+        return getattr(importlib.import_module(where[name]), name)
 
-    def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(where))
-
-    return __getattr__, __dir__
+    return __getattr__

@@ -121,7 +121,7 @@ def main() -> None:
     if cli.tiny:
         from transformers import AutoConfig
 
-        from agon_lightning.adapters.policy import resolve_model_path
+        from agon_lightning.infra.model_source import resolve_model_path
 
         config, shape = AutoConfig.from_pretrained(resolve_model_path("agon:tiny-qwen3")), "tiny-qwen3"
     else:

@@ -131,13 +131,13 @@ def run_paths(config: dict[str, Any]) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from agon_lightning.bundle import save_bundle
-    from agon_lightning.cascade import Cascade
+    from agon_lightning.adapters.policy import LoraOptions
     from agon_lightning.data.base import ProblemDataModule
+    from agon_lightning.deploy.bundle import save_bundle
+    from agon_lightning.deploy.cascade import Cascade
     from agon_lightning.game.prompts import Prompts
-    from agon_lightning.module import AgonModule, GRPOOptions
-    from agon_lightning.policy import LoraOptions
     from agon_lightning.rollout import HFRollout
+    from agon_lightning.training.module import AgonModule, GRPOOptions
     from agon_lightning.verifiers.exact import ExactMatchVerifier
     from benchmarks.common import LEARNING_RATE, LORA_TARGETS, StepTimer, make_problems, workload_from
 

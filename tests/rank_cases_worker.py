@@ -35,11 +35,11 @@ from scripted import ScriptedRollout
 from torch.utils.data import DataLoader
 
 from agon_lightning.adapters.policy import LoraOptions
+from agon_lightning.cli.game import release_process_group
 from agon_lightning.data.base import collate_problems
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward
 from agon_lightning.game.types import Problem, Verdict
-from agon_lightning.game_cli import release_process_group
 from agon_lightning.rollout import decode_loop
 from agon_lightning.rollout.hf import HFRollout, RolloutBatch
 from agon_lightning.strategies import full_tensors

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agon_lightning.code.judge import code_blocks, extract_program, outputs_match, tokens_match
+from agon_lightning.code.judge import extract_program, outputs_match, tokens_match
 from agon_lightning.data.codecontests import row_to_problem
+from agon_lightning.game.text import code_blocks
 from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.code import CodeSummarizer
 from agon_lightning.verifiers.code import CodeVerifier

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agon_lightning.data.reasoning_gym import generate_problems, pose
+from agon_lightning.data.reasoning_gym import generate_problems
+from agon_lightning.data.statements import pose
 from agon_lightning.game.formats import ThinkAnswerFormat
 from agon_lightning.game.text import extract_answer, thinking_part
 from agon_lightning.game.types import Problem
 from agon_lightning.infra.tiny import build_tokenizer
 from agon_lightning.summarizers.hiding import arithmetic_pieces, mask_full_uses
-from agon_lightning.testbeds.countdown.oracle import examples_of
 from agon_lightning.testbeds.countdown.sft import CountdownExamples, slipped_path, target_of
 from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer, countdown_numbers
 from agon_lightning.testbeds.countdown.task import (
@@ -43,6 +43,7 @@ from agon_lightning.testbeds.countdown.task import (
 )
 from agon_lightning.training.sft_data import RIVALS, SFTDataModule
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
+from experiments.countdown.oracle import examples_of
 
 RANGE = {"min_value": 1, "max_value": 9, "min_target": 10, "max_target": 99, "operators": ["+", "-", "*"]}
 MAIN = {"countdown": {"min_numbers": 3, "max_numbers": 3, **RANGE}}
@@ -466,8 +467,8 @@ def test_every_character_of_the_formats_is_one_token(problems: list[Problem]) ->
 def test_the_shipped_base_drafts_a_search_in_the_format() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agon_lightning.adapters.policy import resolve_model_path
     from agon_lightning.game.prompts import Prompts
+    from agon_lightning.infra.model_source import resolve_model_path
 
     path = Path(resolve_model_path("agon:tiny-countdown"))
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)

@@ -1,4 +1,4 @@
-"""``agon_lightning/testbeds/countdown/endpoints.py``: the Countdown sweep's pre-registered endpoints and decision rule."""
+"""``experiments/countdown/endpoints.py``: the Countdown sweep's pre-registered endpoints and decision rule."""
 
 import csv
 import json
@@ -10,8 +10,8 @@ import yaml
 
 from agon_lightning.experiments.stats import PairedDifference
 from agon_lightning.experiments.sweep import MARKER
-from agon_lightning.testbeds.countdown.endpoints import decide
-from agon_lightning.testbeds.countdown.endpoints import main as endpoints_main
+from experiments.countdown.endpoints import decide
+from experiments.countdown.endpoints import main as endpoints_main
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def test_the_oracle_sees_that_a_drafter_that_never_gives_up_leaves_failed_drafts
     # the cap, so a failed draft has no summary for a challenger to read; the shipped one (A2,
     # A3) gives up, and its failed drafts' summaries name what they tried; with a habit, the
     # oracle also reports the base that always gives up there (mode/)
-    from agon_lightning.testbeds.countdown.oracle import examples_of, oracle
+    from experiments.countdown.oracle import examples_of, oracle
 
     # 40 problems of each split: the share of failed drafts with a summary is 0.70 on all of them
     # (oracle_a3_format.json), and a handful of problems puts it anywhere (0.40 on 16)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import test_countdown_s2_endpoints as archived
 
 from agon_lightning.game.types import Problem
-from agon_lightning.testbeds.countdown.s2_audit import exposure, passes_through, same_outcomes
+from experiments.countdown.s2_audit import exposure, passes_through, same_outcomes
 
 
 def problem(target: int, numbers: list[int]) -> Problem:

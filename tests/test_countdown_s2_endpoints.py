@@ -12,7 +12,7 @@ import yaml
 
 from agon_lightning.experiments.archive import archive_path, archive_run
 from agon_lightning.experiments.stats import crossed_t, holm
-from agon_lightning.testbeds.countdown.s2_endpoints import main
+from experiments.countdown.s2_endpoints import main
 
 # The keys each row's evaluation writes (deployed first).
 KEYS = {"agon": ("cascade_ab", "alpha"), "cooperative": ("cascade_ab", "alpha"), "grpo": ("alpha", "cascade_aa"),

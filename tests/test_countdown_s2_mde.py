@@ -10,7 +10,7 @@ import pytest
 from test_countdown_s2_endpoints import finished
 
 from agon_lightning.experiments.stats import t_quantile
-from agon_lightning.testbeds.countdown.s2_endpoints import SECONDARY, main, minimum_detectable
+from experiments.countdown.s2_endpoints import SECONDARY, main, minimum_detectable
 
 ENDPOINTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "countdown" / "s2" / "sweep"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agon_lightning.testbeds.countdown.s2_pilot import training_length
+from experiments.countdown.s2_pilot import training_length
 
 
 def test_the_first_step_with_nine_tenths_of_the_largest_gain():

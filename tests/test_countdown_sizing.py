@@ -1,11 +1,11 @@
-"""The sizing of a sweep's held-out sets from a pilot (agon_lightning/testbeds/countdown/sizing.py)."""
+"""The sizing of a sweep's held-out sets from a pilot (experiments/countdown/sizing.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from agon_lightning.testbeds.countdown.sizing import components, half_width, problems_needed
+from experiments.countdown.sizing import components, half_width, problems_needed
 
 
 def test_components_recover_seed_and_problem_spread() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agon_lightning.testbeds.countdown.s2_endpoints import SECONDARY
+from experiments.countdown.s2_endpoints import SECONDARY
 
 ROOT = Path(__file__).resolve().parents[1]
 S2 = ROOT / "benchmarks" / "results" / "countdown" / "s2"

@@ -9,8 +9,8 @@ import yaml
 
 from agon_lightning.data.holdout import HashHoldout, distinct, unit_hash
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems
+from agon_lightning.data.statements import countdown_space
 from agon_lightning.game.types import Problem
-from agon_lightning.testbeds.countdown.task import space
 from agon_lightning.training.sft_data import SFTDataModule
 from agon_lightning.training.validation import SPLIT
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
@@ -48,8 +48,8 @@ def test_a_problem_is_held_out_whatever_order_its_numbers_were_drawn_in_and_howe
 
 
 def test_the_counted_space_is_what_the_generator_draws_and_its_answers_score_full_credit():
-    three = space(3)
-    assert len(three) == 1319 and len(space(4)) == 16069
+    three = countdown_space(3)
+    assert len(three) == 1319 and len(countdown_space(4)) == 16069
     for (target, numbers), expression in three.items():
         assert eval(expression) == target and sorted(int(c) for c in expression if c.isdigit()) == list(
             numbers
@@ -69,7 +69,7 @@ def test_training_never_draws_a_held_out_problem_and_evaluation_reads_each_held_
     hard = [p for p in val if p.metadata.get(SPLIT) == "hard"]
     assert len(train) == 1500 and not any(h.held_out(p) for p in train)
     # every held-out 3-number statement of the space, each once; the hard set 120 distinct ones
-    held = sum(h.position(countdown(list(n), t)) < 0.4 for t, n in space(3))
+    held = sum(h.position(countdown(list(n), t)) < 0.4 for t, n in countdown_space(3))
     assert len(main) == len({p.question for p in main}) == held
     assert len(hard) == len({p.question for p in hard}) == 120
     assert all(h.held_out(p) for p in val) and all(

@@ -176,6 +176,21 @@ def test_errors_name_the_bad_value() -> None:
         SFTDataModule(tasks=TASKS, rival_mix={"wrong": 1.0})
 
 
+def test_the_default_examples_come_through_their_entry_point_and_its_absence_names_the_fix(
+    monkeypatch,
+) -> None:
+    # The training floor does not import a testbed: the chain_sum testbed registers its examples.
+    from agon_lightning.training import sft_data
+
+    (registered,) = sft_data.entry_points(group=sft_data.EXAMPLES_GROUP, name=sft_data.DEFAULT_EXAMPLES)
+    assert registered.load() is ArithmeticExamples
+    monkeypatch.setattr(sft_data, "entry_points", lambda **selection: [])
+    with pytest.raises(
+        LookupError, match=r"'arithmetic' in the entry-point group 'agon_lightning.examples'.*data.examples"
+    ):
+        SFTDataModule(tasks=TASKS)
+
+
 def test_shipped_config_parses(tmp_path: Path) -> None:
     cli = SFTCLI(
         SFTModule,
@@ -198,13 +213,18 @@ def test_shipped_config_parses(tmp_path: Path) -> None:
     assert isinstance(examples, ArithmeticExamples) and examples.rival_mix == DEFAULT_RIVAL_MIX
 
 
-def test_the_default_examples_are_the_arithmetic_ones_with_the_data_level_shares() -> None:
+def test_the_default_examples_are_the_arithmetic_ones_with_the_data_level_shares(monkeypatch) -> None:
     # Configs written before the examples moved into the chain_sum testbed set the shares on the data module.
     dm = SFTDataModule(tasks=TASKS, challenge_fraction=0.25, rival_mix={"slipped": 1.0})
     assert isinstance(dm.examples, ArithmeticExamples)
     assert (dm.examples.challenge_fraction, dm.examples.rival_mix) == (0.25, {"slipped": 1.0})
     assert SFTDataModule(tasks=TASKS).examples.challenge_fraction == 0.5
-    # ... and the names the data module's file defined still import from it
+    # ... and the names the data module's file defined still import from it, deprecated (moved.py)
+    from agon_lightning import moved
     from agon_lightning.training import sft_data
 
-    assert sft_data.build_examples is build_examples and sft_data.DEFAULT_RIVAL_MIX is DEFAULT_RIVAL_MIX
+    monkeypatch.setattr(moved, "_WARNED", set())  # each old name warns once per process
+    with pytest.warns(
+        DeprecationWarning, match=r"testbeds\.chain_sum\.sft\.(build_examples|DEFAULT_RIVAL_MIX)"
+    ):
+        assert sft_data.build_examples is build_examples and sft_data.DEFAULT_RIVAL_MIX is DEFAULT_RIVAL_MIX

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from agon_lightning.adapters.policy import resolve_model_path
 from agon_lightning.cli import main
+from agon_lightning.infra.model_source import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "deepmath_qwen3_0.6b.yaml"

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from agon_lightning.adapters import peft_boundary as peft
 from agon_lightning.adapters.peft_boundary import lora_layers
-from agon_lightning.moved import lazy_names
+from agon_lightning.moved import moved_names
 
 _LAYERS = "_agon_lora_layers"  # install()'s layers, where they are the model's only adapter layers
 
@@ -107,5 +107,5 @@ def lora_forward(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     return out.view(shape)
 
 
-# defined here before sampling had a package of its own; loaded from there on first use
-__getattr__, __dir__ = lazy_names(__name__, {"merged_for_sampling": "agon_lightning.rollout.merged"})
+# names defined here before they moved (moved.MOVED_NAMES), with a DeprecationWarning until moved.REMOVED_AFTER
+__getattr__ = moved_names(__name__)

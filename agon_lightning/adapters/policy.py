@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,9 @@ from agon_lightning.adapters.shared_prompt import (
 from agon_lightning.adapters.snapshots import adapter_state, load_into
 from agon_lightning.adapters.weights_files import weights_file, weights_problem
 from agon_lightning.game.names import BETA
-from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.infra.errors import UsageError
 from agon_lightning.infra.logprobs import LogitHead
+from agon_lightning.infra.model_source import resolve_model_path
 from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -74,20 +73,6 @@ class LoraOptions:
             raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
         if self.beta_init_std < 0:
             raise ValueError(f"lora.beta_init_std must be >= 0, got {self.beta_init_std}")
-
-
-def resolve_model_path(name: str) -> str:
-    """``agon:NAME`` → the model shipped in ``agon_lightning/assets/NAME``; else unchanged."""
-    if not name.startswith(EMBEDDED_PREFIX):
-        return name
-    asset = name[len(EMBEDDED_PREFIX) :]
-    path = Path(str(resources.files("agon_lightning") / "assets" / asset))
-    if not (path / "config.json").is_file():
-        available = sorted(p.name for p in path.parent.iterdir() if (p / "config.json").is_file())
-        raise FileNotFoundError(
-            f"no embedded model {name!r}; available: {[EMBEDDED_PREFIX + a for a in available]}"
-        )
-    return str(path)
 
 
 def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Module, Any]:

@@ -11,7 +11,8 @@ is selectable exactly like a built-in: ``--model.verifier=LeanVerifier`` or
 imported subclasses of the argument's type). On the command line the entry-point name works
 too (``--model.verifier=lean``, ``--model.rollout=vllm``, ``--data=files``):
 :func:`resolve_component_names` turns it into the class path before the parser sees it. Data
-modules register under ``agon_lightning.data`` (the group is named after the ``--data`` option).
+modules register under ``agon_lightning.data`` (the group is named after the ``--data`` option),
+and ``agon sft``'s SFT examples under ``agon_lightning.examples`` (``--data.examples``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agon_lightning.game.rewards import Reward
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.training.games import Game
+from agon_lightning.training.sft_data import SFTExamples
 from agon_lightning.verifiers.base import Verifier
 
 GROUPS: dict[str, type] = {
@@ -34,6 +36,7 @@ GROUPS: dict[str, type] = {
     "agon_lightning.formats": FormatCheck,
     "agon_lightning.games": Game,
     "agon_lightning.data": ProblemDataModule,
+    "agon_lightning.examples": SFTExamples,
 }
 
 

@@ -13,35 +13,17 @@ import math
 import re
 from collections.abc import Sequence
 
-from agon_lightning.game.text import after_thinking
+from agon_lightning.game.text import PYTHON_LANGUAGES, after_thinking, code_blocks
 
-# An opening fence (``` or longer, with an optional info string), the body, the same fence.
-_FENCE = re.compile(r"^[ \t]*(`{3,})[ \t]*([^\s`]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)
 _INTEGER = re.compile(r"[+-]?\d+")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # what ``float`` reads, minus nan/inf/_
-PYTHON_LANGUAGES = ("python", "python3", "py", "py3", "")
 BLOCK_CHOICES = ("last", "first", "longest")
-
-
-def code_blocks(text: str, languages: Sequence[str] | None = PYTHON_LANGUAGES) -> list[tuple[int, int, str]]:
-    """``(start, end, body)`` of every closed fenced block whose language is in ``languages``.
-
-    The language is the first word of the info string, lower-cased; ``""`` stands for a
-    block without one, and ``languages=None`` accepts any. An unclosed fence (a completion
-    cut off mid-program) is no block.
-    """
-    wanted = None if languages is None else {language.lower() for language in languages}
-    return [
-        (match.start(), match.end(), match.group(3))
-        for match in _FENCE.finditer(text)
-        if wanted is None or match.group(2).lower() in wanted
-    ]
 
 
 def find_program(
     text: str, languages: Sequence[str] = PYTHON_LANGUAGES, block: str = "last"
 ) -> tuple[int, int, str] | None:
-    """``(start, end, body)`` of the fenced block that holds the program (see :func:`code_blocks`).
+    """``(start, end, body)`` of the fenced block that holds the program (see :func:`~agon_lightning.game.text.code_blocks`).
 
     Args:
         text: Where to look.

@@ -11,7 +11,7 @@ whichever generator, seed or consumer drew it, so RL training and SFT data built
 of the space, however many problems are evaluated.
 
 The canonical statement is ``key_format`` written from the entry's metadata (lists sorted, as
-:func:`~agon_lightning.data.reasoning_gym.pose` writes them), prefixed by the task name: for
+:func:`~agon_lightning.data.statements.pose` writes them), prefixed by the task name: for
 Countdown, ``countdown|35|3 8 9`` for every ordering of the numbers and every wording.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from agon_lightning.data.statements import pose
 from agon_lightning.game.types import Problem
 
 #: The Countdown statement: the target and the sorted numbers.
@@ -55,8 +56,6 @@ class HashHoldout:
 
     def statement(self, problem: Problem) -> str:
         """The canonical statement of ``problem``: ``task|key_format`` from its reasoning-gym entry."""
-        from agon_lightning.data.reasoning_gym import pose
-
         task = problem.metadata.get("task", "")
         if self.key_format is None:
             return f"{task}|{problem.question}"

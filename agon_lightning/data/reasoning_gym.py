@@ -8,46 +8,23 @@ the main one and reported as ``val/hard/...``.
 With a ``holdout`` (:class:`~agon_lightning.data.holdout.HashHoldout`) the split is the problem's
 own instead: training draws only problems outside the held-out part of the space (``train_size``
 of them), and each held-out set is ``val_size`` (``hard_size``) *distinct* problems of the
-held-out part, in hash order. A task whose space is enumerable (:data:`SPACES`: Countdown) takes
-them from the whole space, so ``val_size: null`` evaluates every held-out problem; any other task
-draws from its generator until it has them.
+held-out part, in hash order. A task whose space is enumerable
+(:data:`~agon_lightning.data.statements.SPACES`: Countdown) takes them from the whole space, so
+``val_size: null`` evaluates every held-out problem; any other task draws from its generator
+until it has them.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from agon_lightning.data.base import ProblemDataModule, TooLong
 from agon_lightning.data.holdout import HashHoldout, distinct
+from agon_lightning.data.statements import SPACES, pose
 from agon_lightning.game.types import SPLIT, Problem
 
 # Draws per held-out problem wanted before a generator that will not give enough is given up on.
 MAX_DRAWS_PER_PROBLEM = 200
-
-
-def pose(template: str, entry: dict[str, Any]) -> str:
-    """``template`` with each ``{field}`` replaced by that field of the entry's metadata.
-
-    A list is written sorted, space-separated (``{numbers}`` → ``3 8 9``): a problem then has one
-    statement whatever order the generator shuffled its numbers into, so the held-out filter,
-    which compares statements, catches every ordering of a held-out problem.
-
-    Raises:
-        ValueError: When the template names a field the entry does not have.
-    """
-    meta = entry.get("metadata", {})
-
-    def field(match: re.Match[str]) -> str:
-        if match[1] not in meta:
-            raise ValueError(
-                f"question_format {template!r} names {{{match[1]}}}, which is not in the entry's "
-                f"metadata (fields: {sorted(meta)})"
-            )
-        value = meta[match[1]]
-        return " ".join(map(str, sorted(value))) if isinstance(value, (list, tuple)) else str(value)
-
-    return re.sub(r"\{(\w+)\}", field, template)
 
 
 def generate_problems(
@@ -56,8 +33,8 @@ def generate_problems(
     """``size`` problems spread evenly over ``tasks`` (name → reasoning-gym config kwargs).
 
     ``question_format`` (e.g. ``"Make {target} from {numbers}"``) replaces each generated
-    question by a statement built from the entry's metadata (:func:`pose`); ``None`` keeps
-    reasoning-gym's own wording.
+    question by a statement built from the entry's metadata
+    (:func:`~agon_lightning.data.statements.pose`); ``None`` keeps reasoning-gym's own wording.
     """
     import reasoning_gym
 
@@ -84,34 +61,6 @@ def generate_problems(
                 )
             )
     return problems
-
-
-def countdown_problems(config: dict[str, Any], question_format: str | None) -> list[Problem]:
-    """Every statement of the countdown space of ``config`` (:func:`agon_lightning.testbeds.countdown.task.space`),
-    as problems scored by reasoning-gym's own scorer."""
-    from agon_lightning.testbeds.countdown.task import space
-
-    if question_format is None:
-        raise ValueError(
-            "the countdown space is posed with a question_format (e.g. 'Make {target} from {numbers}')"
-        )
-    keys = {
-        k: v
-        for k, v in config.items()
-        if k in ("min_value", "max_value", "min_target", "max_target", "operators")
-    }
-    problems = []
-    for count in range(config.get("min_numbers", 4), config.get("max_numbers", 4) + 1):
-        for (target, numbers), expression in space(count, **keys).items():
-            entry = {"answer": expression, "metadata": {"source_dataset": "countdown", "numbers": list(numbers),
-                                                        "target": target, "expression": expression}}  # fmt: skip
-            entry["question"] = pose(question_format, entry)
-            problems.append(Problem(entry["question"], expression, {"task": "countdown", "entry": entry}))
-    return problems
-
-
-#: Tasks whose whole space of statements can be listed: task → (config, question_format) → problems.
-SPACES = {"countdown": countdown_problems}
 
 
 def held_out_problems(
@@ -191,7 +140,8 @@ class ReasoningGymDataModule(ProblemDataModule):
         hard_size: Problems in the hard set.
         hard_seed: Seed of the hard set; must differ from the other two.
         question_format: A statement built from each entry's metadata in place of
-            reasoning-gym's wording (see :func:`pose`); ``None`` keeps the wording.
+            reasoning-gym's wording (see :func:`~agon_lightning.data.statements.pose`); ``None``
+            keeps the wording.
         holdout: The held-out part of the space (:class:`~agon_lightning.data.holdout.HashHoldout`):
             training never draws from it, and ``val_size`` / ``hard_size`` count distinct problems
             of it (``val_size: null``: all of it, for an enumerable task). ``None``: the held-out

@@ -31,9 +31,10 @@ from typing import Any
 
 from safetensors import SafetensorError
 
-from agon_lightning.adapters.policy import EMBEDDED_PREFIX, LoraOptions, attach_adapters, load_base
+from agon_lightning.adapters.policy import LoraOptions, attach_adapters, load_base
 from agon_lightning.adapters.weights_files import ADAPTER_WEIGHTS, weights_file, weights_problem
 from agon_lightning.game.names import ALPHA
+from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.infra.errors import CommandParser, UsageError
 
 BUNDLE_FILE = "agon.json"

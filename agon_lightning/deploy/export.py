@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agon_lightning.adapters.policy import resolve_model_path
 from agon_lightning.deploy.bundle import (
     BUNDLE_FILE,
     atomic_directory,
@@ -32,6 +31,7 @@ from agon_lightning.deploy.bundle import (
     load_adapters,
     read_bundle,
 )
+from agon_lightning.infra.model_source import resolve_model_path
 from agon_lightning.rollout.vllm import lora_rank_bound
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Literal
 
-from agon_lightning.code.judge import code_blocks
-from agon_lightning.game.text import THINK_CLOSE, THINK_OPEN, last_boxed_span
+from agon_lightning.game.text import THINK_CLOSE, THINK_OPEN, code_blocks, last_boxed_span
 
 ANSWER_KINDS = ("tag", "boxed", "code")
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"

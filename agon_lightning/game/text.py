@@ -1,13 +1,15 @@
-"""Pure string helpers shared by verifiers and summarizers.
+"""Pure string helpers shared by verifiers, summarizers and format checks.
 
 Completions follow one shape: an optional ``<think>`` … ``</think>`` reasoning trace, then a
-post-reasoning summary, then a final answer given as ``<answer>…</answer>`` or ``\\boxed{…}``.
-These helpers cut that shape apart without ever raising on malformed model output.
+post-reasoning summary, then a final answer given as ``<answer>…</answer>`` or ``\\boxed{…}``,
+or, for code, a program in a fenced block. These helpers cut that shape apart without ever
+raising on malformed model output.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 THINK_OPEN = "<think>"
@@ -137,3 +139,23 @@ def remove_final_answer(text: str) -> str:
         if span is not None:
             return (text[: span[0]] + text[span[1] :]).strip()
     return text.strip()
+
+
+# An opening fence (``` or longer, with an optional info string), the body, the same fence.
+_FENCE = re.compile(r"^[ \t]*(`{3,})[ \t]*([^\s`]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)
+PYTHON_LANGUAGES = ("python", "python3", "py", "py3", "")
+
+
+def code_blocks(text: str, languages: Sequence[str] | None = PYTHON_LANGUAGES) -> list[tuple[int, int, str]]:
+    """``(start, end, body)`` of every closed fenced block whose language is in ``languages``.
+
+    The language is the first word of the info string, lower-cased; ``""`` stands for a
+    block without one, and ``languages=None`` accepts any. An unclosed fence (a completion
+    cut off mid-program) is no block.
+    """
+    wanted = None if languages is None else {language.lower() for language in languages}
+    return [
+        (match.start(), match.end(), match.group(3))
+        for match in _FENCE.finditer(text)
+        if wanted is None or match.group(2).lower() in wanted
+    ]

@@ -10,12 +10,31 @@ sent to the Hub); a Hub id must be in the local cache, or answer a single reques
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from agon_lightning.game.names import SHIPPED as SHIPPED_PREFIX  # agon:NAME, shipped in the package
 from agon_lightning.infra.errors import UsageError
 
 HUB_TIMEOUT_S = 10.0
+
+
+def resolve_model_path(name: str) -> str:
+    """``agon:NAME`` → the model shipped in ``agon_lightning/assets/NAME``; else unchanged.
+
+    Raises:
+        FileNotFoundError: ``agon:NAME`` names no shipped model (the message lists those there are).
+    """
+    if not name.startswith(SHIPPED_PREFIX):
+        return name
+    asset = name[len(SHIPPED_PREFIX) :]
+    path = Path(str(resources.files("agon_lightning") / "assets" / asset))
+    if not (path / "config.json").is_file():
+        available = sorted(p.name for p in path.parent.iterdir() if (p / "config.json").is_file())
+        raise FileNotFoundError(
+            f"no embedded model {name!r}; available: {[SHIPPED_PREFIX + a for a in available]}"
+        )
+    return str(path)
 
 
 def looks_like_path(name: str) -> bool:
@@ -35,8 +54,6 @@ def check_model_source(name: str, option: str) -> None:
             model; a Hub id that is neither cached nor reachable (offline, no such model).
     """
     if name.startswith(SHIPPED_PREFIX):
-        from agon_lightning.adapters.policy import resolve_model_path
-
         try:
             resolve_model_path(name)
         except FileNotFoundError as err:

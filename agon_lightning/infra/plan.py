@@ -222,7 +222,7 @@ def model_shape(source: str) -> Shape:
         return Shape.of(qwen3_config(name))
     from transformers import AutoConfig
 
-    from agon_lightning.adapters.policy import resolve_model_path
+    from agon_lightning.infra.model_source import resolve_model_path
 
     return Shape.of(AutoConfig.from_pretrained(resolve_model_path(source)))
 

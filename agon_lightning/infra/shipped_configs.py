@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from agon_lightning.game.names import (
-    SHIPPED as PREFIX,  # a config, or a model (adapters.policy.resolve_model_path)
+    SHIPPED as PREFIX,  # a config, or a model (infra.model_source.resolve_model_path)
 )
 from agon_lightning.infra.errors import UsageError
 

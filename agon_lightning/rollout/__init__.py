@@ -22,7 +22,7 @@ load on first use, so importing one backend does not load the others.
 
 from __future__ import annotations
 
-from agon_lightning.moved import lazy_names
+from agon_lightning.infra.lazy import lazy_names
 
 _EXPORTS: dict[str, str] = {
     "Rollout": "agon_lightning.rollout.base",

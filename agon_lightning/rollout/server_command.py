@@ -81,7 +81,7 @@ def server_command(
     extra: Sequence[str] = (),
 ) -> tuple[dict[str, str], list[str]]:
     """``(environment variables, argv)`` of the server for the run ``config`` describes (argv[0]: ``python``)."""
-    from agon_lightning.adapters.policy import resolve_model_path
+    from agon_lightning.infra.model_source import resolve_model_path
     from agon_lightning.rollout.vllm import lora_rank_bound
 
     model = config.get("model") or {}

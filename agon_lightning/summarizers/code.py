@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import re
 
-from agon_lightning.code.judge import PYTHON_LANGUAGES, code_blocks
-from agon_lightning.game.text import after_thinking
+from agon_lightning.game.text import PYTHON_LANGUAGES, after_thinking, code_blocks
 from agon_lightning.game.types import Problem
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.hiding import replace_spans

@@ -31,8 +31,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from agon_lightning.adapters.policy import resolve_model_path
 from agon_lightning.game.prompts import Prompts
+from agon_lightning.infra.model_source import resolve_model_path
 from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout

@@ -2,15 +2,19 @@
 
 A task's :class:`SFTExamples` builds them: each problem becomes a drafter's example (the plain
 problem prompt) or a challenger's (the problem plus a rival's summary: right, slipped, partial or
-cut off — every summary a challenger can meet in RL). The default is the arithmetic of the
-chain_sum testbed (:class:`~agon_lightning.testbeds.chain_sum.sft.ArithmeticExamples`); Countdown
-brings its own (:class:`~agon_lightning.testbeds.countdown.sft.CountdownExamples`).
+cut off — every summary a challenger can meet in RL). A testbed's builder registers under the
+``agon_lightning.examples`` entry-point group (:data:`EXAMPLES_GROUP`), which is how the default,
+the chain_sum testbed's arithmetic (``arithmetic``:
+:class:`~agon_lightning.testbeds.chain_sum.sft.ArithmeticExamples`), reaches this floor without
+it importing a testbed; Countdown brings its own (``countdown``:
+:class:`~agon_lightning.testbeds.countdown.sft.CountdownExamples`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 import torch
@@ -20,10 +24,14 @@ from agon_lightning.data.base import ProblemDataset
 from agon_lightning.data.holdout import HashHoldout
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems, training_problems
 from agon_lightning.game.types import Problem
-from agon_lightning.moved import lazy_names
+from agon_lightning.moved import moved_names
 from agon_lightning.training.validation import SPLIT
 
 RIVALS = ("right", "slipped", "partial", "empty")
+#: The entry-point group a task's :class:`SFTExamples` registers under (``--data.examples=NAME``).
+EXAMPLES_GROUP = "agon_lightning.examples"
+#: The registered builder used when a data module is given no ``examples``: the chain_sum arithmetic.
+DEFAULT_EXAMPLES = "arithmetic"
 
 
 @dataclass
@@ -62,6 +70,24 @@ class SFTExamples(ABC):
         """The held-out examples: each problem as a drafter, and as a challenger."""
 
 
+def default_examples(challenge_fraction: float | None, rival_mix: dict[str, float] | None) -> SFTExamples:
+    """The builder registered as :data:`DEFAULT_EXAMPLES`, with the data module's shares
+    (``challenge_fraction`` ``None``: 0.5; ``rival_mix`` ``None``: the builder's own).
+
+    Raises:
+        LookupError: Nothing is registered under that name in :data:`EXAMPLES_GROUP` (the
+            installed metadata predates the group: reinstall the package).
+    """
+    found = entry_points(group=EXAMPLES_GROUP, name=DEFAULT_EXAMPLES)
+    if not found:
+        raise LookupError(
+            f"no SFT examples are registered as {DEFAULT_EXAMPLES!r} in the entry-point group "
+            f"{EXAMPLES_GROUP!r}: reinstall agon-lightning (pip install -e .), or give data.examples"
+        )
+    builder = next(iter(found)).load()
+    return builder(0.5 if challenge_fraction is None else challenge_fraction, rival_mix)
+
+
 def _collate(batch: list[SFTExample]) -> list[SFTExample]:
     return list(batch)
 
@@ -79,8 +105,8 @@ class SFTDataModule(ReasoningGymDataModule):
         rival_mix: For the default examples only: see ``ArithmeticExamples``.
         examples: The task's example builder (e.g.
             :class:`~agon_lightning.testbeds.countdown.sft.CountdownExamples`), which carries its
-            own proportions; ``None``: the chain_sum testbed's ``ArithmeticExamples`` with
-            ``challenge_fraction`` and ``rival_mix``.
+            own proportions; ``None``: the one registered as :data:`DEFAULT_EXAMPLES` (the
+            chain_sum testbed's ``ArithmeticExamples``) with ``challenge_fraction`` and ``rival_mix``.
         train_tasks: Tasks the training problems come from (``None``: ``tasks``), e.g. more
             sizes than the held-out set; every held-out question (main and hard) is dropped.
         holdout: The held-out part of the space: no training problem is ever drawn from it (main
@@ -121,15 +147,7 @@ class SFTDataModule(ReasoningGymDataModule):
                 f"challenge_fraction ({challenge_fraction}) and rival_mix ({rival_mix}) shape the "
                 f"arithmetic examples; {type(examples).__name__} carries its own proportions"
             )
-        if examples is None:
-            # The default is a testbed's: imported here, when it is used, since a testbed sits
-            # above the training floor (it builds on SFTExamples).
-            from agon_lightning.testbeds.chain_sum.sft import ArithmeticExamples
-
-            examples = ArithmeticExamples(
-                0.5 if challenge_fraction is None else challenge_fraction, rival_mix
-            )
-        self.examples = examples
+        self.examples = examples if examples is not None else default_examples(challenge_fraction, rival_mix)
         self.train_tasks = train_tasks
 
     def load_train(self) -> list[Problem]:
@@ -167,11 +185,5 @@ class SFTDataModule(ReasoningGymDataModule):
         )
 
 
-# Names this module defined before the arithmetic examples moved to their testbed's folder.
-__getattr__, __dir__ = lazy_names(
-    __name__,
-    {
-        name: "agon_lightning.testbeds.chain_sum.sft"
-        for name in ("DEFAULT_RIVAL_MIX", "rival_draft", "build_examples", "eval_examples")
-    },  # fmt: skip
-)
+# names defined here before they moved (moved.MOVED_NAMES), with a DeprecationWarning until moved.REMOVED_AFTER
+__getattr__ = moved_names(__name__)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from agon_lightning.code.judge import BLOCK_CHOICES, PYTHON_LANGUAGES, extract_program, outputs_match
+from agon_lightning.code.judge import BLOCK_CHOICES, extract_program, outputs_match
 from agon_lightning.code.sandbox import Sandbox, SandboxConfig
+from agon_lightning.game.text import PYTHON_LANGUAGES
 from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.verifiers.base import Verifier
 

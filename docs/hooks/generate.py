@@ -261,7 +261,8 @@ def components_page() -> str:
     ]
     for group, base in GROUPS.items():
         option = group.rsplit(".", 1)[1].rstrip("s")
-        key = "data" if option == "data" else f"model.{option}"  # the data module is a top-level option
+        # the data module is a top-level option, and the SFT examples are one of its options
+        key = {"data": "data", "example": "data.examples"}.get(option, f"model.{option}")
         lines += [f"## `{group}`", "", f"Base class `{base.__module__}.{base.__qualname__}`: {summary_line(base)}",
                   f"Option: `model.{option}` (the format check: `model.reward.init_args.format`)." if option == "format"
                   else f"Option: `{key}`.", ""]  # fmt: skip

@@ -138,8 +138,8 @@ def load(config: str, base: str, limit: int = 0) -> Setup:
     that many of each split, 0: all)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agon_lightning.adapters.policy import resolve_model_path
     from agon_lightning.cli import AgonCLI
+    from agon_lightning.infra.model_source import resolve_model_path
 
     cli = AgonCLI(args=["--config", config, f"--model.model_name_or_path={base}"], run=False)
     cli.datamodule.setup("validate")

@@ -7,7 +7,7 @@ the decision rule. This script computes exactly those from whatever runs of the 
 finished, and says how many of the pre-registered seeds each figure rests on: a decision is
 final only when every pre-registered seed of both rows has finished; before that it is interim::
 
-    python -m agon_lightning.testbeds.countdown.endpoints benchmarks/results/countdown/sweep \\
+    python -m experiments.countdown.endpoints benchmarks/results/countdown/sweep \\
         --out benchmarks/results/countdown/sweep/endpoints.md
 
 It writes ``endpoints.md`` and, beside it, ``endpoints.json``.
@@ -184,7 +184,7 @@ def markdown(results, diffs: list[Difference], length_table: dict, tie: dict | N
     lines = [
         "# The Countdown sweep's pre-registered endpoints",
         "",
-        "Computed by `python -m agon_lightning.testbeds.countdown.endpoints` from the runs finished so far, as section 5 "
+        "Computed by `python -m experiments.countdown.endpoints` from the runs finished so far, as section 5 "
         "of `README.md` defines them. A decision is *final* only when every pre-registered seed of both "
         "rows has finished; until then it is *interim*, and may change.",
         "",

@@ -12,7 +12,7 @@ main problems that appear as such a state in a trained completion, and those sol
 rows and seeds share a configuration but for the evaluation interval; :func:`same_outcomes`
 compares their per-problem outcomes at the last evaluation::
 
-    python -m agon_lightning.testbeds.countdown.s2_audit --out benchmarks/results/countdown/s2/audit.json
+    python -m experiments.countdown.s2_audit --out benchmarks/results/countdown/s2/audit.json
 
 (about 20 minutes on a shared 2-core machine: drawing 2 × 60,000 training problems is most of it).
 """
@@ -97,7 +97,7 @@ def sft_data(config: Path, data_seed: int):
 
 def same_outcomes(first: Path, second: Path, keys: tuple[str, ...] = (ALPHA, "cascade_aa")) -> dict:
     """Per row, seed and key: the problems both archives' runs evaluated, and how many had the same outcome."""
-    from agon_lightning.testbeds.countdown.s2_endpoints import SPLITS, outcomes_of, unpacked_runs
+    from experiments.countdown.s2_endpoints import SPLITS, outcomes_of, unpacked_runs
 
     with tempfile.TemporaryDirectory() as scratch:
         mine = unpacked_runs(first, Path(scratch) / "first")
@@ -146,9 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         solved |= set(found["solved"])
         print(f"data seed {seed}: {per_seed[seed]}", flush=True)
     record = {
-        "command": " ".join(
-            ["python -m agon_lightning.testbeds.countdown.s2_audit", *(argv or sys.argv[1:])]
-        ),
+        "command": " ".join(["python -m experiments.countdown.s2_audit", *(argv or sys.argv[1:])]),
         "data_seeds": args.data_seeds,
         "held_out_main": len(held_out or ()),
         "exposure": {

@@ -6,7 +6,7 @@ split) reaches 90% of the largest such gain; if the largest is at the cap and st
 than 2 points over the last 20 steps, T is the cap (reported as capped); if GRPO's pass@1 at T is
 above 0.90, the main split has no room and moves to 4 numbers::
 
-    python -m agon_lightning.testbeds.countdown.s2_pilot benchmarks/results/countdown/s2/pilot
+    python -m experiments.countdown.s2_pilot benchmarks/results/countdown/s2/pilot
 
 reads the pilot's archived runs (``archive/grpo/seed_N.tar.gz``), prints the curve and the rule's
 reading, and writes ``pilot.json`` beside the archive.

@@ -8,7 +8,7 @@ correction over the three, and the secondaries. This script computes exactly tho
 sweep's ``archive/VARIANT/seed_N.tar.gz`` (each finished run's outcomes and metrics, committed),
 so every figure is recomputed from the repository alone, and rewrites the sweep's tables::
 
-    python -m agon_lightning.testbeds.countdown.s2_endpoints benchmarks/results/countdown/s2/sweep
+    python -m experiments.countdown.s2_endpoints benchmarks/results/countdown/s2/sweep
 
 It writes ``endpoints.md`` and ``endpoints.json`` beside the archive, with each figure's seeds;
 a decision is *final* only when every registered seed of both rows is in the archive.
@@ -234,10 +234,12 @@ def compute(runs: dict[tuple[str, int], Path], registration: Registration = S2) 
                     d = crossed_t(*pair)
                     e.mean, e.low, e.high, e.p, e.df = d.mean, d.low, d.high, d.p, d.df
                     e.seeds, e.problems, e.se = d.seeds, d.problems, d.se
-                    e.mde = minimum_detectable(d.se, d.df) if d.se > 0 else None
+                    # an interim table's df can fall below 1 (two seeds, Satterthwaite): too few to size an effect
+                    sized = d.se > 0 and d.df >= 1
+                    e.mde = minimum_detectable(d.se, d.df) if sized else None
                     if primary and split == "main":
                         family.append(e)
-                        if d.se > 0:  # Holm's first step tests the smallest p at α over the primaries
+                        if sized:  # Holm's first step tests the smallest p at α over the primaries
                             e.mde_holm = minimum_detectable(
                                 d.se, d.df, ALPHA_LEVEL / len(registration.primaries)
                             )
@@ -369,7 +371,7 @@ def markdown(
     lines = [
         f"# {registration.title}",
         "",
-        f"Computed by `python -m agon_lightning.testbeds.countdown.s2_endpoints --family "
+        f"Computed by `python -m experiments.countdown.s2_endpoints --family "
         f"{next(k for k, r in REGISTRATIONS.items() if r == registration)}` from the committed archive, as "
         f"{registration.section} of `README.md` registers them: deployed held-out pass@1 at the last "
         "evaluation, paired by seed and problem, the crossed t interval (new seeds and new problems), Holm's "

@@ -7,7 +7,7 @@ splits the variance into seeds, problems and their interaction (:func:`component
 95% half-width of a row of ``S`` seeds on ``n`` problems (:func:`half_width`), and finds the fewest problems that keep it
 within the target (:func:`problems_needed`)::
 
-    python -m agon_lightning.testbeds.countdown.sizing benchmarks/results/countdown/pilot --variant grpo --seeds 3 5
+    python -m experiments.countdown.sizing benchmarks/results/countdown/pilot --variant grpo --seeds 3 5
 """
 
 from __future__ import annotations

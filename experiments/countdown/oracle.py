@@ -12,8 +12,8 @@ policy, so the challenger's search is drawn with the drafter's seed (``same``: t
 ordering, tie-breaks and give-up point, changed only by what it read); ``independent`` draws
 it fresh, like samples at temperature 1::
 
-    python -m agon_lightning.testbeds.countdown.oracle --out benchmarks/results/countdown/oracle.json
-    python -m agon_lightning.testbeds.countdown.oracle --examples '{"max_attempts": 6, "give_up": null}'  # M2's format
+    python -m experiments.countdown.oracle --out benchmarks/results/countdown/oracle.json
+    python -m experiments.countdown.oracle --examples '{"max_attempts": 6, "give_up": null}'  # M2's format
 """
 
 from __future__ import annotations
