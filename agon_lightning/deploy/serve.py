@@ -239,11 +239,16 @@ async def _prepend(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening-ready socket on ``host:port`` (port 0: any free one)."""
+    """A listening socket on ``host:port`` (port 0: any free one).
+
+    It listens before the address is printed: a client that connects as soon as it reads the line
+    waits in the backlog until uvicorn accepts, rather than being refused while uvicorn starts.
+    """
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(socket.SOMAXCONN)
     return sock
 
 
