@@ -88,7 +88,10 @@ def draft_prompt_lengths(
     """
 
     def lengths(problems: list[Problem]) -> list[int]:
-        texts = [draft_prompt(tokenizer, p) for p in problems]
+        try:
+            texts = [draft_prompt(tokenizer, p) for p in problems]
+        except ValueError as err:  # the data and the prompt settings disagree: the user's to fix, in one line
+            raise UsageError(f"the drafter's prompt cannot be built from the data: {err}") from err
         # verbose=False: the tokenizer's own warning about a sequence longer than the model's is what is reported here
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
 

@@ -106,6 +106,18 @@ def test_bytes_that_are_not_utf8_are_named_by_file_and_line(tiny_model_dir, tmp_
     assert f"{data}:9: not UTF-8 text (byte 0xe9 at column " in line and "save the file as UTF-8" in line
 
 
+def test_conversational_rows_without_a_chat_template_are_refused_in_one_line(
+    tiny_model_dir, tmp_path, capsys, loaded
+):
+    data = tmp_path / "chat.jsonl"
+    row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1 + 1?"}]}
+    data.write_text("".join(json.dumps({**row, "answer": "2"}) + "\n" for _ in range(4)))
+    args = fit_args(tiny_model_dir, data, tmp_path, "--data.val_size=0", "--data.batch_size=2")
+    line = refused([*args, "--model.prompts.chat_template=false"], capsys)
+    assert "a conversational prompt of 2 messages (roles ['system', 'user']) needs a chat template" in line
+    assert "prompts.chat_template is false" in line
+
+
 # ---------------------------------------------------------------------- val_size: the option and its origin
 def test_a_val_size_the_user_never_wrote_names_the_config_and_class_it_came_from(
     tiny_model_dir, tmp_path, capsys, loaded
