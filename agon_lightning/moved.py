@@ -50,7 +50,7 @@ MOVED: dict[str, str] = {
     "agon_lightning.serve_stream": "agon_lightning.deploy.serve_stream",
     "agon_lightning.module": "agon_lightning.training.module",
     "agon_lightning.grpo": "agon_lightning.training.grpo",
-    "agon_lightning.schedule": "agon_lightning.training.schedule",
+    "agon_lightning.schedule": "agon_lightning.games.schedule",
     "agon_lightning.lr_schedule": "agon_lightning.training.lr_schedule",
     "agon_lightning.validation": "agon_lightning.training.validation",
     "agon_lightning.sft": "agon_lightning.training.sft",
@@ -91,6 +91,12 @@ MOVED: dict[str, str] = {
     "agon_lightning.registry": "agon_lightning.cli.registry",
     # the chain_sum testbed, gathered into its folder
     "agon_lightning.traces": "agon_lightning.testbeds.chain_sum.traces",
+    # before the games had a floor of their own (the engine: contracts, features as plug-ins)
+    "agon_lightning.training.games": "agon_lightning.games",
+    "agon_lightning.training.records": "agon_lightning.games.records",
+    "agon_lightning.training.schedule": "agon_lightning.games.schedule",
+    "agon_lightning.training.league": "agon_lightning.training.features.league",
+    "agon_lightning.training.anchor": "agon_lightning.training.features.kl",
 }
 # ``agon_lightning.rollout`` became the package of the backends: its ``__init__`` re-exports
 # what the old module defined (``agon_lightning.rollout.HFRollout`` still resolves). Likewise

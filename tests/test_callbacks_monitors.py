@@ -23,8 +23,9 @@ from agon_lightning.callbacks.samples import markdown_table, sample_rows
 from agon_lightning.callbacks.trace_length import length_stats, summary_part, text_stats
 from agon_lightning.game.text import extract_answer
 from agon_lightning.game.types import Problem, Verdict
+from agon_lightning.games.records import RoleRollout, StepRecord
 from agon_lightning.rollout.hf import RolloutBatch
-from agon_lightning.training.module import AgonModule, RoleRollout, StepRecord
+from agon_lightning.training.module import AgonModule
 
 
 class RecordingLogger:

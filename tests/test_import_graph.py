@@ -87,12 +87,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 # the game's pieces (types, text, prompts, rewards: pure) and the infrastructure; then the
 # components any job may use (a verifier, a summarizer, the code sandbox, a strategy: they use the
 # game, the infrastructure and each other). Then the job folders: the problems know nothing of the
-# model, the policies nothing of sampling, sampling nothing of the training step, and training
+# model, the policies nothing of sampling, sampling nothing of the games (their contract with
+# the trainer, and the games shipped), the games nothing of the training step, and training
 # nothing of deployment (which uses all three); the experiments read runs, the callbacks watch
 # them, and the CLI puts it all together; a testbed (a domain's folder, like a plugin) may use all of it.
 COMPONENTS = ("verifiers", "summarizers", "code", "strategies")
 FLOORS: list[tuple[str, ...]] = [
-    ("game",), ("infra",), COMPONENTS, ("data",), ("adapters",), ("rollout",), ("training",), ("deploy",),
+    ("game",), ("infra",), COMPONENTS, ("data",), ("adapters",), ("rollout",), ("games",), ("training",), ("deploy",),
     ("experiments",), ("callbacks",), ("cli",), ("testbeds",),
 ]  # fmt: skip
 FLOOR = {folder: level for level, folders in enumerate(FLOORS) for folder in folders}

@@ -15,10 +15,10 @@ from agon_lightning.adapters.snapshots import AdapterHistory, adapter_state, loa
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.game.names import ALPHA, BETA
 from agon_lightning.rollout.hf import HFRollout
-from agon_lightning.training.anchor import KLAnchor, KLAnchors
+from agon_lightning.training.features.kl import KLAnchor, KLAnchorFeature, KLAnchors
 from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.module import AgonModule, GRPOOptions
-from agon_lightning.training.update import loss_mask, role_loss, set_advantages
+from agon_lightning.training.update import loss_mask, role_loss
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier
 
 N = 3
@@ -98,10 +98,9 @@ def test_each_reference_gives_the_hand_computed_kl(tiny_model_dir, problem, refe
     module.policy_version = 1
     record = module.play(problem)
     roles = record.roles
-    set_advantages(roles, module.grpo)
-    references = module.anchors.references(
-        module.policy, roles, module.policy_version, module.adapter_history
-    )
+    module.game.advantages(roles, N, module.grpo)
+    module.features.call("before_update", module, record)
+    references = [r.reference for r in roles]
 
     for role, (ref_adapter, got_beta) in zip(roles, references):
         rival = next(r.adapter for r in roles if r.adapter != role.adapter)
@@ -123,7 +122,11 @@ def test_each_reference_gives_the_hand_computed_kl(tiny_model_dir, problem, refe
 
 def test_without_model_kl_both_roles_pull_toward_the_base_with_grpo_kl_beta(tiny_model_dir):
     module = make_module(tiny_model_dir, grpo=GRPOOptions(num_generations=N, kl_beta=0.05))
-    assert module.anchors.kl == KLAnchors(KLAnchor("base", 0.05), KLAnchor("base", 0.05))
+    anchor = next(f for f in module.features if isinstance(f, KLAnchorFeature))
+    assert (
+        anchor.kl is None
+        and [anchor.anchor(r) for r in ("drafter", "challenger")] == [KLAnchor("base", 0.05)] * 2
+    )
     assert module.adapter_history is None and policies_of(module.policy) == [ALPHA, BETA]
 
 
@@ -174,11 +177,21 @@ def test_bad_anchors_name_the_value(tiny_model_dir):
         KLAnchor("base", -0.1)
     rival = KLAnchors(drafter=KLAnchor("rival", 0.1))
     with pytest.raises(
-        ValueError, match="reference='rival', but the game \\(kind 'grpo'\\) has no challenger"
+        ValueError, match="model.kl.drafter.reference='rival', but the game GRPOGame declares no rival"
     ):
         AgonModule(game="grpo", kl=rival)
-    with pytest.raises(ValueError, match="schedule='self_play' plays both roles with one adapter"):
+    with pytest.raises(
+        ValueError, match="the game AgonGame plays every role with one adapter \\(alpha\\): its rival"
+    ):
         AgonModule(schedule="self_play", kl=rival)
+    with pytest.raises(
+        ValueError, match="model.kl.challenger sets a KL term, but the game GRPOGame has no role"
+    ):
+        AgonModule(game="grpo", kl=KLAnchors(challenger=KLAnchor("base", 0.1)))
+    with pytest.raises(
+        ValueError, match="model.kl.roles.judge sets a KL term, but the game AgonGame has no role 'judge'"
+    ):
+        AgonModule(kl=KLAnchors(roles={"judge": KLAnchor("base", 0.1)}))
     with pytest.raises(ValueError, match=r"grpo.kl_beta=0.05 and model.kl both set a KL term"):
         AgonModule(grpo=GRPOOptions(kl_beta=0.05), kl=rival)
     two_ages = KLAnchors(KLAnchor("self", 0.1, age=1), KLAnchor("self", 0.1, age=3))
@@ -216,9 +229,9 @@ def test_a_fit_with_anchors_logs_a_kl_and_resumes_exactly(tiny_model_dir, tmp_pa
 
 
 def test_resuming_a_self_reference_from_a_checkpoint_without_past_weights_is_refused():
-    from agon_lightning.training.league import LeaguePlay, load_past
+    from agon_lightning.training.features.history import NoSnapshots, Snapshots
 
     with pytest.raises(ValueError, match="the checkpoint holds none"):
-        load_past(AdapterHistory(2), LeaguePlay(None, "agon"), {"step": 4})
+        Snapshots(2).load_state_dict({"step": 4})
     with pytest.warns(UserWarning, match="they are not used"):
-        load_past(None, LeaguePlay(None, "agon"), {"adapter_history": {"depth": 2, "states": {}}})
+        NoSnapshots().load_state_dict({"adapter_history": {"depth": 2, "states": {}}})

@@ -16,8 +16,9 @@ from agon_lightning.adapters.snapshots import AdapterHistory, adapter_state, pol
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.game.formats import ThinkAnswerFormat
 from agon_lightning.game.names import ALPHA, BETA
-from agon_lightning.training.league import League, LeaguePlay, rival_weights, wins
-from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts
+from agon_lightning.games.agon import exchange_counts
+from agon_lightning.training.features.league import League, LeaguePlay, rival_weights, wins
+from agon_lightning.training.module import AgonModule, GRPOOptions
 
 N = 4
 
@@ -44,7 +45,7 @@ def history_with(versions: list[int]) -> AdapterHistory:
 
 
 def test_the_draw_is_a_function_of_seed_and_step_and_reads_only_past_versions_within_reach():
-    play = LeaguePlay(League(probability=0.3, max_age=3, seed=7), "agon")
+    play = LeaguePlay(League(probability=0.3, max_age=3, seed=7))
     history = history_with([3, 4, 5, 6, 7])
     draws = [play.draw(step, ALPHA, 7, history) for step in range(2000)]
     assert draws == [
@@ -54,11 +55,11 @@ def test_the_draw_is_a_function_of_seed_and_step_and_reads_only_past_versions_wi
     assert 0.27 < len(played) / len(draws) < 0.33
     assert {d.version for d in played} == {4, 5, 6} and all(d.age == 7 - d.version for d in played)
     assert all(d.slot == "alpha_league" for d in played)
-    other = LeaguePlay(League(probability=0.3, max_age=3, seed=8), "agon")
+    other = LeaguePlay(League(probability=0.3, max_age=3, seed=8))
     assert [other.draw(s, ALPHA, 7, history) for s in range(50)] != draws[:50]
     # before the first update there is no past rival, and a league at probability 0 never plays
     assert all(play.draw(s, ALPHA, 0, history_with([0])) is None for s in range(50))
-    off = LeaguePlay(None, "grpo")
+    off = LeaguePlay(None)
     assert (
         not off.active
         and off.depth == 0
@@ -73,7 +74,7 @@ def test_by_default_the_draws_follow_the_runs_seed_so_each_seed_of_a_sweep_draws
     history = history_with([3, 4, 5, 6, 7])
 
     def draws(league: League) -> list:
-        play = LeaguePlay(league, "agon")
+        play = LeaguePlay(league)
         return [play.draw(s, ALPHA, 7, history) for s in range(200)]
 
     seed_everything(11, verbose=False)
@@ -85,7 +86,7 @@ def test_by_default_the_draws_follow_the_runs_seed_so_each_seed_of_a_sweep_draws
 
 
 def test_pfsp_brings_back_the_rival_the_challenger_beats_least():
-    play = LeaguePlay(League(probability=1.0, max_age=2, rule="pfsp"), "agon")
+    play = LeaguePlay(League(probability=1.0, max_age=2, rule="pfsp"))
     play.games = {ALPHA: {5: [9.0, 10.0], 6: [1.0, 10.0]}}  # it beats version 5 90% of the time, 6 only 10%
     history = history_with([5, 6, 7])
     counts = {5: 0, 6: 0}
@@ -101,7 +102,7 @@ def test_bad_league_settings_name_the_value():
         League(max_age=0)
     with pytest.raises(ValueError, match="league.rule must be one of .* got 'elo'"):
         League(rule="elo")
-    with pytest.raises(ValueError, match="game='grpo' has no challenger"):
+    with pytest.raises(ValueError, match="the game GRPOGame declares no rivals"):
         AgonModule(game="grpo", league=League(probability=0.5))
 
 
@@ -166,7 +167,8 @@ def test_at_a_league_step_the_challenger_reads_and_is_graded_against_the_past_dr
         "league/played": 1.0, "league/rival_age": 1.0, "league/rival_version": 0.0,
         "league/win_rate": wins(b, a) / len(b), "league/past_win_rate": wins(b, a) / len(b),
     }  # fmt: skip
-    assert module.league.games == {ALPHA: {0: [wins(b, a), float(len(b))]}}
+    league = next(f for f in module.features if isinstance(f, LeaguePlay))
+    assert league.games == {ALPHA: {0: [wins(b, a), float(len(b))]}}
 
 
 LEAGUE = ['--model.league={"probability": 0.5, "max_age": 2, "rule": "pfsp", "seed": 3}']

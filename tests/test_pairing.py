@@ -11,8 +11,9 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.game.formats import ThinkAnswerFormat
 from agon_lightning.game.rewards import CorrectnessReward
-from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts
-from agon_lightning.training.schedule import opponent_rows
+from agon_lightning.games.agon import exchange_counts
+from agon_lightning.games.schedule import opponent_rows
+from agon_lightning.training.module import AgonModule, GRPOOptions
 
 N = 4
 

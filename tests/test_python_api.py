@@ -11,8 +11,8 @@ import pytest
 from agon_lightning import from_config
 from agon_lightning.callbacks import STANDARD
 from agon_lightning.game.rewards import GradedReward
+from agon_lightning.games import GRPOGame
 from agon_lightning.infra.errors import UsageError
-from agon_lightning.training.games import GRPOGame
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 from agon_lightning.verifiers.reward_function import RewardFunctionVerifier
 

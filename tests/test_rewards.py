@@ -7,8 +7,8 @@ import torch
 import yaml
 
 from agon_lightning.game.rewards import CompetitiveReward, CorrectnessReward, Outcomes, RoleOutcome
+from agon_lightning.games.schedule import opponent_rows
 from agon_lightning.training.grpo import group_advantages
-from agon_lightning.training.schedule import opponent_rows
 
 GOOD = "<think>1+1=2</think>2<answer>2</answer>"  # φ = 1
 BAD = "2"  # φ = 0: no trace, no answer block

@@ -1,6 +1,6 @@
 import pytest
 
-from agon_lightning.training.schedule import adapters_for, roles_for_step
+from agon_lightning.games.schedule import adapters_for, roles_for_step
 
 
 def test_rotate_alternates_every_step():

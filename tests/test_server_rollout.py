@@ -361,7 +361,7 @@ def test_a_league_step_pushes_the_past_drafter_to_the_servers_as_a_versioned_ada
     from safetensors.torch import load_file
 
     from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-    from agon_lightning.training.league import League
+    from agon_lightning.training.features.league import League
 
     server = FakeServer("http://a:1")
     rollout = rollout_on(server, adapter_dir=str(tmp_path))

@@ -17,7 +17,8 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.game.rewards import CompetitiveReward
-from agon_lightning.training.module import AgonModule, GRPOOptions, exchange_counts, exchange_rates
+from agon_lightning.games.agon import exchange_counts, exchange_rates
+from agon_lightning.training.module import AgonModule, GRPOOptions
 
 LORA = LoraOptions(r=2, target_modules=["q_proj", "v_proj"])
 
@@ -107,7 +108,7 @@ def test_exchange_rates_are_left_out_where_undefined():
 
 def test_exchange_counts_of_a_step():
     from agon_lightning.game.types import Verdict
-    from agon_lightning.training.module import RoleRollout, StepRecord
+    from agon_lightning.games.records import RoleRollout, StepRecord
 
     def role(correct):
         return RoleRollout("alpha", None, [Verdict(bool(c)) for c in correct], torch.zeros(len(correct)))

@@ -29,7 +29,7 @@ from agon_lightning.game.rewards import RoleRewards
 from agon_lightning.rollout import vllm as vllm_rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.vllm import VLLMRollout
-from agon_lightning.training.league import League
+from agon_lightning.training.features.league import League
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.training.update import policy_logprobs
 from agon_lightning.verifiers.reasoning_gym import ReasoningGymVerifier

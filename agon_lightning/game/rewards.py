@@ -80,7 +80,7 @@ class Outcomes:
         draft: The drafter's rollouts.
         challenge: The challenger's (``None`` in single-policy games: GRPO).
         opponent: Row ``i`` is the draft challenge ``i`` answered (see
-            :func:`~agon_lightning.training.schedule.opponent_rows`); ``None``: draft ``i`` itself.
+            :func:`~agon_lightning.games.schedule.opponent_rows`); ``None``: draft ``i`` itself.
     """
 
     draft: RoleOutcome

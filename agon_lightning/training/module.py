@@ -1,24 +1,14 @@
-"""The Agon game as a LightningModule: two adapters, one base, roles that rotate.
+"""A game of LoRA policies on one frozen base as a LightningModule (Agon by default).
 
-One training step on P problems:
-
-1. the *drafter* samples N rollouts per problem and is graded on correctness (GRPO);
-2. the summarizer turns each draft a_i into what the challenger may read;
-3. the *challenger* answers each problem once per draft, reading its summary, so its N
-   answers b_i form a group too (``pairing: shared`` has all N read the problem's first draft
-   instead), and is graded by the reward component (correctness + conversion bonus +
-   optional length tiebreak + format);
-4. both adapters are updated in one joint backward through one optimizer (one parameter
-   group per adapter), so every trainable parameter takes part in every backward (DDP
-   needs no unused-parameter search, DeepSpeed gets the single optimizer it accepts).
-
-``game="grpo"`` plays only step 1 with one adapter: the vanilla baseline on the same code.
+One training step reads top to bottom: the game plays (samples, verifies and pays every role:
+:mod:`agon_lightning.games`), the game sets each role's advantages, and every role's adapter is
+updated in one joint backward through one optimizer (:mod:`agon_lightning.training.optimize`).
+The features (snapshots, the KL anchor, the league, sampling ahead) hook in around the play and
+the update (:mod:`agon_lightning.training.features`); the module names none of them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import time
 from typing import Any, Literal
 
@@ -33,79 +23,63 @@ from agon_lightning.adapters.policy import (
     adapter_parameters,
     attach_adapters,
     enable_checkpointing,
-    generating,
     load_base,
     logit_head,
     resolve_model_path,
-    sample_with,
 )
-from agon_lightning.adapters.snapshots import AdapterHistory, check_adapter_state
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.game.prompts import Prompts
-from agon_lightning.game.rewards import CompetitiveReward, Reward, RoleOutcome, cut_value
+from agon_lightning.game.rewards import CompetitiveReward, Reward
 from agon_lightning.game.types import Problem
-from agon_lightning.rollout.base import Rollout, RolloutBatch
+from agon_lightning.games.agon import as_game
+from agon_lightning.games.base import Game
+from agon_lightning.games.records import StepRecord
+from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.pipeline import solve_batch
-from agon_lightning.rollout.prefetch import DraftSource
-from agon_lightning.strategies import check_snapshot_strategy, check_strategy, gathered
-from agon_lightning.strategies.gather import of_adapter
+from agon_lightning.strategies import check_strategy
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
-from agon_lightning.training.anchor import KLAnchors, RoleAnchors
-from agon_lightning.training.games import Game, as_game
-from agon_lightning.training.grpo import LossNormalizer
-from agon_lightning.training.league import League, LeaguePlay, load_past
+from agon_lightning.training.checkpoint_state import adapter_state_keys, load_state, save_state
+from agon_lightning.training.features import Feature, KLAnchors, League, build_features
+from agon_lightning.training.optimize import optimize
 from agon_lightning.training.options import GRPOOptions
-from agon_lightning.training.records import RoleRollout, StepRecord
-from agon_lightning.training.resume_check import check_saved_shapes
-from agon_lightning.training.step_metrics import (
-    exchange_counts,
-    exchange_rates,
-    function_metrics,
-    sparse_metrics,
-    step_metrics,
-)
-from agon_lightning.training.update import (
-    loss_mask,
-    nonfinite_roles,
-    role_loss,
-    sampling_logprobs,
-    set_advantages,
-)
+from agon_lightning.training.player import Playing
+from agon_lightning.training.step_metrics import sparse_metrics, step_metrics
 from agon_lightning.training.validation import CascadeEvaluator
 from agon_lightning.verifiers.base import Verifier
 from agon_lightning.verifiers.exact import ExactMatchVerifier
 
-# Importable from here as before they moved.
-__all__ = ["AgonModule", "GRPOOptions", "RoleRollout", "StepRecord", "check_adapter_state", "step_metrics",
-           "exchange_counts", "exchange_rates", "function_metrics"]  # fmt: skip
+__all__ = ["DEFAULT_BASE", "AgonModule", "GRPOOptions"]
 
 DEFAULT_BASE = "agon:tiny-qwen3"
 
 
-class AgonModule(L.LightningModule):
-    """Two LoRA policies on one frozen base, trained by the Agon game.
+class AgonModule(Playing, L.LightningModule):
+    """LoRA policies on one frozen base, trained by a game (Agon's two by default).
 
     Args:
         model_name_or_path: A Hub id, a local directory, or ``agon:NAME`` for a model shipped
             with the package.
         dtype: ``float32`` | ``bfloat16`` | ``float16`` for the base weights.
-        game: The game (:mod:`agon_lightning.training.games`): a :class:`Game` (``AgonGame``,
-            ``GRPOGame``, or one of your own), or ``agon`` (drafter + challenger) / ``grpo``
-            (one adapter, drafts only) with ``schedule`` and ``pairing`` below.
+        game: The game (:mod:`agon_lightning.games`): a :class:`Game` (``AgonGame``, ``GRPOGame``, the
+            shipped games, or one of your own), or ``agon`` (drafter + challenger) / ``grpo`` (one
+            adapter, drafts only) with ``schedule`` and ``pairing`` below.
         schedule: With ``game: agon``: ``rotate`` | ``fixed`` | ``self_play`` (see
-            :mod:`agon_lightning.training.schedule`).
+            :mod:`agon_lightning.games.schedule`).
         pairing: With ``game: agon``: which draft each challenge reads and is graded against:
             ``per_rollout`` (challenge i ↔ draft i) or ``shared`` (every challenge of a problem ↔
-            its first draft; see :func:`agon_lightning.training.schedule.opponent_rows`).
+            its first draft; see :func:`agon_lightning.games.schedule.opponent_rows`).
         lora: Adapter settings.
         grpo: Policy-gradient settings.
-        kl: Each role's KL anchor (:mod:`agon_lightning.training.anchor`): its reference (the
-            base, its own adapter ``age`` updates ago, or the rival's adapter now) and its β;
-            ``None``: ``grpo.kl_beta`` toward the base for both roles.
-        league: Past rivals (:mod:`agon_lightning.training.league`): at a share of steps the
-            challenger answers the drafts of a past drafter; ``None``: never.
+        kl: Each role's KL anchor, by the game's role names (:mod:`agon_lightning.training.features.kl`):
+            its reference (the base, its own adapter ``age`` updates ago, or its rival's adapter
+            now) and its β; ``None``: ``grpo.kl_beta`` toward the base for every role.
+        league: Past rivals (:mod:`agon_lightning.training.features.league`): at a share of steps a
+            role faces a past version of its rival (Agon: the challenger answers a past drafter's
+            drafts); ``None``: never.
+        features: Features of your own (:class:`~agon_lightning.training.features.base.Feature`),
+            after the built-in ones.
         rollout: Sampling backend and settings.
         verifier: Judges completions.
         summarizer: What of a draft the challenger reads.
@@ -125,7 +99,8 @@ class AgonModule(L.LightningModule):
             answers after reading its own draft's summary (GRPO's two-pass self-cascade).
         deployed: The evaluator key reported as ``val/deployed/*`` (and monitored by the
             checkpoint), fixed before training; ``None``: ``cascade_ab`` for two adapters
-            (alpha drafts), ``cascade_aa`` for ``self_play``, ``alpha`` for GRPO.
+            (alpha drafts), ``cascade_aa`` for ``self_play``, the first policy for a game that
+            does not deploy as a cascade.
     """
 
     def __init__(
@@ -153,10 +128,11 @@ class AgonModule(L.LightningModule):
         evaluate_self_cascade: bool = False,
         deployed: str | None = None,
         max_consecutive_skips: int = 3,
+        features: list[Feature] | None = None,
     ) -> None:
         super().__init__()
         self.game = as_game(game, schedule, pairing)
-        """The game (public): its roles, what each reads, whom each faces, what each is paid."""
+        """The game (public): its spec (policies, roles, rivals, deployment) and its step."""
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
@@ -167,17 +143,10 @@ class AgonModule(L.LightningModule):
                 f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
                 "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
             )
-        self.anchors = RoleAnchors(kl, grpo.kl_beta, self.game.kind, getattr(self.game, "schedule", "rotate"))
-        """Each role's KL anchor at work (public): its reference at each step."""
-        self.league = LeaguePlay(league, self.game.kind)
-        """The league of past rivals at work (public; it never plays at ``probability`` 0)."""
-        depth = max(self.anchors.depth, self.league.depth)
-        self.adapter_history = AdapterHistory(depth) if depth else None
-        """Each adapter's last versions (public): what the ``self`` references and the league read."""
-        self.drafts = DraftSource(rollout, corrected=grpo.tis_cap is not None)
-        """Where each step's drafts come from (public): sampled in the step, or ahead of it."""
+        self.features = build_features(self.game, kl, league, rollout, grpo, features)
+        """The run's features (public), in hook order; each was checked against the game."""
         self.save_hyperparameters(
-            ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler"]
+            ignore=["rollout", "verifier", "summarizer", "reward", "optimizer", "lr_scheduler", "features"]
         )
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the adapters only, not the frozen base
@@ -190,7 +159,7 @@ class AgonModule(L.LightningModule):
         self.verifier = verifier
         self.summarizer = summarizer
         self.reward = reward
-        self._told_cut = False  # graded values met a reward paying only c: said once (tell_if_cut)
+        self._told_cut = False  # graded values met a reward paying only c: said once
         self.prompts = prompts
         """The prompt templates (public: callbacks build probe prompts with them)."""
         self.optimizer_factory = optimizer
@@ -198,8 +167,8 @@ class AgonModule(L.LightningModule):
         self.max_grad_norm = max_grad_norm
         self.gradient_checkpointing = gradient_checkpointing
         self.validate_at_start = validate_at_start
-        self.adapter_names = self.game.adapters
-        """The adapters this run trains (public), spelled as in :mod:`agon_lightning.game.names`."""
+        self.adapter_names = self.game.spec.policies
+        """The adapters this run trains (public): the game's policies."""
         self.agon_step = 0
         """Game steps taken (public); drives the role schedule, saved in checkpoints."""
         self.max_consecutive_skips = max_consecutive_skips
@@ -214,12 +183,9 @@ class AgonModule(L.LightningModule):
         self.last_record: StepRecord | None = None
         """What the last training step played (public; the callbacks' source); ``None`` before one."""
         self.evaluator = CascadeEvaluator(
-            self.adapter_names,
-            self.game.kind,
-            moa=evaluate_moa,
-            self_cascade=evaluate_self_cascade,
+            self.adapter_names, self.game.spec.deploy, moa=evaluate_moa, self_cascade=evaluate_self_cascade,
             deployed=deployed,
-        )
+        )  # fmt: skip
         """The held-out evaluator (public): its ``history`` and ``last_outcomes`` feed the report callbacks."""
 
     # ------------------------------------------------------------------ set-up
@@ -227,8 +193,9 @@ class AgonModule(L.LightningModule):
         if self.policy is not None:
             return
         base, self.tokenizer = load_base(self.model_name_or_path, self.dtype_name)
-        slots = {**self.anchors.slots(self.adapter_names), **self.league.slots(self.adapter_names)}
-        self.policy = attach_adapters(base, self.adapter_names, self.lora, slots)
+        self.policy = attach_adapters(
+            base, self.adapter_names, self.lora, self.features.slots(self.adapter_names)
+        )
         if self.gradient_checkpointing:
             enable_checkpointing(self.policy)
         self._bind_adapters()
@@ -250,8 +217,7 @@ class AgonModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
-        if self.adapter_history is not None:
-            check_snapshot_strategy(self.trainer.strategy)
+        self.features.call("setup", self)
         self._check_problems(stage)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
@@ -282,130 +248,31 @@ class AgonModule(L.LightningModule):
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer)}}
 
-    # ------------------------------------------------------------------ rollouts
-    def sample(
-        self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False
-    ) -> RolloutBatch:
-        """Sample with ``adapter`` (``None`` = the base with adapters disabled)."""
-        return sample_with(
-            self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy, self.trainable,
-            self._sampling_weights,
-        )  # fmt: skip
-
-    def sample_mixed(
-        self, adapters: list[str | None], prompts: list[str], greedy: bool = False
-    ) -> RolloutBatch:
-        """One sample per prompt, prompt ``i`` with ``adapters[i]`` (``None`` = the base), in one batch."""
-        with generating(self.policy), self._sampling_weights():
-            return self.rollout.generate(
-                self.policy, self.tokenizer, prompts, 1, greedy, adapter_names=adapters
-            )
-
-    def _sampling_weights(self) -> Any:
-        """Around one rollout: the whole model gathered once under sharding, unless the backend keeps its own.
-
-        A backend with its own copy of the base (vLLM) reads only the adapters, whole
-        (:func:`~agon_lightning.strategies.full_tensors`).
-        """
-        if self.rollout.keeps_own_weights:
-            return contextlib.nullcontext()
-        return gathered(self.policy)
-
-    def tell_if_cut(self, outcome: RoleOutcome | None) -> None:
-        """Warn once when the reward functions' graded values meet a reward that pays only c: never a silent cut.
-
-        (Several functions or weights are refused at construction; one function's values are seen here.)
-        """
-        paid = getattr(self.reward, "pays_graded", False)  # a reward component typed by duck has no such flag
-        value = None if outcome is None or self._told_cut or paid else cut_value(outcome)
-        if value is None:
-            return
-        self._told_cut = True
-        rule = getattr(self.verifier, "correct_if", None)
-        threshold = getattr(self.verifier, "threshold", None)
-        rule = f" (c = {rule} >= {threshold:g})" if rule and threshold is not None else ""
-        rank_zero_warn(
-            f"the reward functions returned {value:g}, not 0 or 1, but the reward ({type(self.reward).__name__}) "
-            f"pays only the 0/1 correctness c{rule}; pay their values with --model.reward=graded (GradedReward), "
-            "or return 0 or 1 from the function"
-        )
-
+    # ------------------------------------------------------------------ the step
     def play(self, problems: list[Problem]) -> StepRecord:
-        """Generate, verify and reward every role for one step (no gradients): the game's step."""
-        return self.game.play(self, problems)
+        """Generate, verify and reward every role for one step (no gradients): the game's step, with the features'."""
+        self.features.call("before_play", self)
+        record = self.game.play(self, problems)
+        self.features.call("after_play", self, record)
+        return record
 
-    def _next_drafts(self, problems: list[Problem]) -> tuple[int, str, Any]:
-        """The next step, its drafter, and the call sampling its drafts with the adapters the backend holds now."""
-        step = self.agon_step + 1
-        drafter, _ = self.game.roles(step)
-        prompts = [self.prompts.draft_prompt(self.tokenizer, p) for p in problems]
-        n = self.grpo.num_generations
-        return (
-            step,
-            drafter,
-            lambda: self.rollout.generate_ahead(
-                self.policy, self.tokenizer, prompts, n, [drafter] * len(prompts)
-            ),
-        )
+    def update(self, record: StepRecord) -> dict[str, float]:
+        """μ optimizer steps on the step's rollouts (see :func:`~agon_lightning.training.optimize.optimize`).
+
+        A backward whose loss or gradient is not finite reaches no adapter: the step is skipped
+        (see :meth:`_skip`). ``record.roles`` carry their advantages already.
+        """
+        self.features.call("before_update", self, record)
+        stats, updated = optimize(self, record.roles, self._skip)
+        if updated:
+            self.skips_in_a_row = 0
+            self.policy_version += 1
+        return stats
 
     @property
     def dropped_samples(self) -> int:
         """Drafts sampled ahead but dropped, too stale or for other problems (saved in checkpoints)."""
-        return self.drafts.dropped
-
-    # ------------------------------------------------------------------ update
-    def update(self, roles: list[RoleRollout]) -> dict[str, float]:
-        """μ optimizer steps on the step's rollouts; each micro-batch is one joint backward of both roles.
-
-        A backward whose loss or gradient is not finite reaches no adapter: the step is skipped
-        (see :meth:`_skip`).
-        """
-        opt = self.optimizers()
-        total = len(roles[0].rollouts)
-        mb = self.grpo.micro_batch_size or total
-        norms = [
-            LossNormalizer(
-                len(r.rollouts), int(loss_mask(r.rollouts, self.grpo.mask_truncated).sum()),
-                self.rollout.max_new_tokens,
-            )
-            for r in roles
-        ]  # fmt: skip
-        references = self.anchors.references(self.policy, roles, self.policy_version, self.adapter_history)
-        if self.grpo.num_iterations > 1:  # the sampling policy's log-probs, before any update
-            sampling_logprobs(self, roles, mb)  # in micro-batches too: micro_batch_size bounds every forward
-        stats_sum: dict[str, float] = {}
-        for _ in range(self.grpo.num_iterations):
-            opt.zero_grad(set_to_none=True)
-            finite = [True] * len(roles)
-            for start in range(0, total, mb):
-                rows = slice(start, start + mb)
-                loss = torch.zeros((), device=self.device)
-                for i, (r, norm) in enumerate(zip(roles, norms)):
-                    loss_i, stats = role_loss(self, r, rows, norm, references[i])
-                    loss = loss + loss_i
-                    value = float(loss_i.detach())
-                    finite[i] = finite[i] and math.isfinite(value)
-                    share = min(mb, total - start) / total / len(roles) / self.grpo.num_iterations
-                    for k, v in stats.items():
-                        stats_sum[k] = stats_sum.get(k, 0.0) + float(v) * share
-                    stats_sum["loss"] = stats_sum.get("loss", 0.0) + value / self.grpo.num_iterations
-                # Always backward, even on a NaN: under DDP every rank must join each all-reduce.
-                self.manual_backward(loss)
-            bad = nonfinite_roles(self, roles, finite)
-            if self.trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
-                opt.zero_grad(set_to_none=True)
-                self._skip(bad or ["another process's"])
-                return stats_sum
-            if self.max_grad_norm is not None:
-                self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
-            opt.step()
-            self.drafts.weights_updated(self.policy, list(dict.fromkeys(r.adapter for r in roles)))
-            scheduler = self.lr_schedulers()
-            if scheduler is not None:
-                scheduler.step()
-        self.skips_in_a_row = 0
-        self.policy_version += 1
-        return stats_sum
+        return int(self.features.state_dict().get("dropped_samples", 0))
 
     def _skip(self, bad: list[str]) -> None:
         """Drop this step's update; stop after ``max_consecutive_skips`` in a row."""
@@ -426,28 +293,24 @@ class AgonModule(L.LightningModule):
 
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
         t0 = time.perf_counter()
-        record = self.play(batch)
+        record = self.play(batch)  # sample and score
         t1 = time.perf_counter()
-        roles = record.roles
-        zero_std = set_advantages(roles, self.grpo)
-        with self.drafts.around_update(
-            self.trainer, self.policy, [r.versions for r in roles], self.policy_version, self._next_drafts,
-            self.grpo.num_iterations,
-        ) as ahead:  # fmt: skip
-            stats = self.update(roles)
+        zero_std = self.game.advantages(record.roles, self.grpo.num_generations, self.grpo)
+        with self.features.around_update(self, record) as around:
+            stats = self.update(record)
         t2 = time.perf_counter()
-        metrics = step_metrics(record)
+        metrics = step_metrics(record, self.game.metrics(record))
         metrics.update({f"train/{k}": v for k, v in stats.items()})
         metrics["train/frac_zero_std_groups"] = float(zero_std.mean())
         metrics["train/skipped_steps"] = float(self.skipped_steps)
         metrics["time/generate_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
-        metrics.update(ahead)  # sampling ahead: how far behind this step's samples were, what it cost
+        metrics.update(around)  # the features' (sampling ahead: how far behind this step's samples were)
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=True)
         # What a step may leave undefined, from counts summed over every process, straight to the loggers at
         # this step: self.log would repeat the last value on later steps (see training.step_metrics).
         record.sparse_metrics = sparse_metrics(
-            record, lambda t: self.trainer.strategy.reduce(t.to(self.device), reduce_op="sum")
+            record, lambda t: self.trainer.strategy.reduce(t.to(self.device), reduce_op="sum"), self.game
         )
         if record.sparse_metrics and (record.step + 1) % self.trainer.log_every_n_steps == 0:
             for logger in self.loggers:
@@ -471,7 +334,7 @@ class AgonModule(L.LightningModule):
             self._evaluate_outside_loop()
 
     def on_train_end(self) -> None:
-        self.drafts.discard()  # drafts sampled for a step that did not come (the run stopped early)
+        self.features.call("on_train_end", self)
         # The final point of the curve, unless the last validation already ran at this step.
         if self.validate_at_start and (
             not self.evaluator.history or self.evaluator.history[-1][0] != self.global_step
@@ -494,13 +357,11 @@ class AgonModule(L.LightningModule):
 
     # ------------------------------------------------------------------ prediction
     def predict_step(self, batch: list[Problem], batch_idx: int) -> list[dict[str, Any]]:
-        """The greedy deployed cascade on each problem, as JSON-ready records.
+        """The greedy deployed policy on each problem, as JSON-ready records.
 
         The deployed policy is the one fixed before training (``deployed``; by default alpha drafts and
         beta answers); a single deployed adapter drafts and the other one answers, as in its bundle.
-
-        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.rollout.pipeline.solve_batch`),
-        which also offers the other drafter and k samples with a majority vote.
+        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.rollout.pipeline.solve_batch`).
         """
         drafter, answerer = self.evaluator.deployed_drafter, self.evaluator.deployed_answerer
         return [r.to_dict() for r in solve_batch(self, batch, drafter, answerer)]
@@ -508,46 +369,10 @@ class AgonModule(L.LightningModule):
     # ------------------------------------------------------------------ checkpoints
     def adapter_state_keys(self, keys: Any) -> dict[str, list[str]]:
         """The state-dict keys among ``keys`` that hold each adapter's weights, by adapter name."""
-        return {name: [k for k in keys if of_adapter(k, name)] for name in self.adapter_names}
+        return adapter_state_keys(self.adapter_names, keys)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Keep only the adapters, chosen by name: the base is frozen and reloads from model_name_or_path.
-        state = checkpoint["state_dict"]
-        by_adapter = self.adapter_state_keys(state)
-        empty = [name for name, keys in by_adapter.items() if not keys]
-        # Under a one-file format of a sharded strategy only rank 0 holds the tensors it writes.
-        if empty and (state or self.global_rank == 0):
-            raise RuntimeError(f"refusing to write a checkpoint without adapter(s) {empty}: no tensors found")
-        checkpoint["state_dict"] = {k: state[k] for keys in by_adapter.values() for k in keys}
-        checkpoint["agon"] = {
-            "step": self.agon_step,
-            "history": self.evaluator.history,
-            "adapters": {name: len(keys) for name, keys in by_adapter.items()},
-            "skipped_steps": self.skipped_steps,
-            "skips_in_a_row": self.skips_in_a_row,
-            # Drafts sampled ahead are not saved: a resumed run samples its first step again.
-            "policy_version": self.policy_version,
-            "dropped_samples": self.dropped_samples,
-            # the adapters' past weights ('self' KL references, the league) and the league's record
-            "adapter_history": self.adapter_history.state_dict() if self.adapter_history else None,
-            "league": self.league.state_dict(),
-        }
+        save_state(self, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint.get("agon", {})
-        # Once configure_model has run, the adapters the checkpoint must hold are known. (DeepSpeed
-        # keeps module weights in its own files: there is no "state_dict" here to check.)
-        if self.policy is not None and "state_dict" in checkpoint:
-            shapes = {n: tuple(p.shape) for n, p in self.named_parameters()}
-            check_adapter_state(self.adapter_state_keys(list(shapes)), checkpoint["state_dict"], state)
-            # another lora.r (or base) names the option, not a hundred torch "size mismatch" lines
-            check_saved_shapes(
-                shapes, checkpoint["state_dict"], checkpoint.get("hyper_parameters"), self.hparams
-            )
-        self.agon_step = int(state.get("step", 0))
-        self.evaluator.history = list(state.get("history", []))
-        self.skipped_steps = int(state.get("skipped_steps", 0))
-        self.skips_in_a_row = int(state.get("skips_in_a_row", 0))
-        self.policy_version = int(state.get("policy_version", self.agon_step - self.skipped_steps))
-        self.drafts.dropped = int(state.get("dropped_samples", 0))
-        load_past(self.adapter_history, self.league, state)
+        load_state(self, checkpoint)

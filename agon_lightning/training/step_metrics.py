@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from agon_lightning.game.names import ALPHA
 from agon_lightning.game.types import Verdict
-from agon_lightning.training.records import StepRecord
+from agon_lightning.games.records import RoleRollout, StepRecord
 
 # Per reward function: the completions it was asked about, those it returned None for, the sum and the
 # sum of squares of its values.
@@ -30,54 +30,74 @@ def _mean(values: Tensor) -> float:
     return float(values.float().mean()) if values.numel() else 0.0
 
 
-def step_metrics(record: StepRecord) -> dict[str, float]:
-    """The per-step game metrics every step defines (accuracy, reward, reward terms, lengths)."""
-    d = record.draft
-    metrics = {
-        "train/drafter": float(d.adapter != ALPHA),
-        "train/draft/reward": _mean(d.rewards),
-        "train/draft/accuracy": _mean(d.correct),
-        "train/draft/length": _mean(d.rollouts.lengths),
-        "train/draft/truncation_rate": _mean(d.rollouts.truncated),
-        **record.reward_terms,
-        **record.league,
-    }
-    c = record.challenge
-    if c is None:
-        return metrics
-    metrics.update({
-        "train/challenge/reward": _mean(c.rewards),
-        "train/challenge/accuracy": _mean(c.correct),
-        "train/challenge/length": _mean(c.rollouts.lengths),
-        "train/challenge/truncation_rate": _mean(c.rollouts.truncated),
-    })  # fmt: skip
-    return metrics
+# Agon's roles log under the names they always had (train/draft/…, challenge_reward/…); any other role under its own.
+PREFIX = {"drafter": "draft", "challenger": "challenge"}
 
 
-def sparse_metrics(record: StepRecord, total: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+def role_prefix(role: str) -> str:
+    """The metric prefix of a role: ``draft`` and ``challenge`` for Agon's, the role's name otherwise."""
+    return PREFIX.get(role, role)
+
+
+def reward_prefix(role: str, first: bool) -> str:
+    """Where a role's reward-function values log: ``reward/`` for the first role, ``<prefix>_reward/`` otherwise."""
+    return "reward/" if first else f"{role_prefix(role)}_reward/"
+
+
+def by_role(record: StepRecord) -> dict[str, list[RoleRollout]]:
+    """The step's rollouts grouped by role name, roles in the order they first played."""
+    roles: dict[str, list[RoleRollout]] = {}
+    for r in record.roles:
+        roles.setdefault(r.role, []).append(r)
+    return roles
+
+
+def step_metrics(record: StepRecord, game_metrics: dict[str, float] | None = None) -> dict[str, float]:
+    """The per-step metrics every step defines: each role's reward, accuracy, length and truncation rate,
+    the game's own terms (``reward_terms``, ``game_metrics``) and the league's."""
+    metrics: dict[str, float] = {}
+    for role, parts in by_role(record).items():
+        prefix = f"train/{role_prefix(role)}"
+        metrics.update({
+            f"{prefix}/reward": _mean(torch.cat([r.rewards.float().cpu() for r in parts])),
+            f"{prefix}/accuracy": _mean(torch.cat([r.correct for r in parts])),
+            f"{prefix}/length": _mean(torch.cat([r.rollouts.lengths.float().cpu() for r in parts])),
+            f"{prefix}/truncation_rate": _mean(torch.cat([r.rollouts.truncated.float().cpu() for r in parts])),
+        })  # fmt: skip
+    return {**metrics, **(game_metrics or {}), **record.reward_terms, **record.league}
+
+
+def sparse_metrics(
+    record: StepRecord, total: Callable[[Tensor], Tensor] | None = None, game: Any = None
+) -> dict[str, float]:
     """The step's metrics among those a step may leave undefined, from counts summed over every process.
 
-    The conversion and regression rates (:func:`exchange_rates`) and each reward function's
-    :func:`function_stats` (``reward/`` for the drafts, ``challenge_reward/`` for the challenges).
+    The game's counted metrics (Agon's conversion and regression rates: ``game.counts``) and each
+    reward function's :func:`function_stats` per role (``reward/`` for the first role,
+    ``challenge_reward/`` for Agon's challenger, ``<role>_reward/`` for any other).
 
     Args:
         record: The step.
         total: Sums a tensor over every process (a collective: every process calls it once a step,
             with the same shape, since each has the same roles and reward functions); ``None``: one
             process.
+        game: The game (its ``counts`` and ``count_metrics``); ``None``: none counted.
     """
-    names = function_names(record.draft.verdicts)
-    roles = {"reward/": record.draft}
-    if record.challenge is not None:
-        roles["challenge_reward/"] = record.challenge
-    elif not names:
+    roles = by_role(record)
+    names = function_names([v for parts in roles.values() for r in parts for v in r.verdicts])
+    game_counts = None if game is None else game.counts(record)
+    if not names and game_counts is None:
         return {}
-    counts = [exchange_counts(record).double()]
-    counts += [function_counts(role.verdicts, names).flatten() for role in roles.values()]
+    counts = [] if game_counts is None else [game_counts.double().flatten()]
+    width = sum(c.numel() for c in counts)
+    counts += [
+        function_counts([v for r in parts for v in r.verdicts], names).flatten() for parts in roles.values()
+    ]
     sums = torch.cat(counts)
     sums = (sums if total is None else total(sums)).cpu()
-    metrics = exchange_rates(sums[:4])
-    for prefix, role_sums in zip(roles, sums[4:].view(len(roles), len(names), COUNTS)):
+    metrics = {} if game_counts is None else game.count_metrics(sums[:width])
+    prefixes = [reward_prefix(role, i == 0) for i, role in enumerate(roles)]
+    for prefix, role_sums in zip(prefixes, sums[width:].view(len(roles), len(names), COUNTS)):
         metrics.update(function_stats(prefix, names, role_sums))
     return metrics
 
@@ -131,29 +151,3 @@ def function_metrics(prefix: str, verdicts: list[Verdict]) -> dict[str, float]:
     """:func:`function_stats` of the verdicts of one process."""
     names = function_names(verdicts)
     return function_stats(prefix, names, function_counts(verdicts, names))
-
-
-# ---------------------------------------------------------------------------------------------
-# Conversions and regressions
-# ---------------------------------------------------------------------------------------------
-def exchange_counts(record: StepRecord) -> Tensor:
-    """``[converted, wrong drafts, regressed, right drafts]`` of a step (zeros without a challenger)."""
-    if record.challenge is None:
-        return torch.zeros(4)
-    a, b = record.opponent_correct, record.challenge.correct
-    wrong, right = a == 0, a == 1
-    return torch.stack([(b[wrong] == 1).sum(), wrong.sum(), (b[right] == 0).sum(), right.sum()]).float()
-
-
-def exchange_rates(counts: Tensor) -> dict[str, float]:
-    """P(challenger right | draft wrong) and P(challenger wrong | draft right), each only where defined.
-
-    A step with no wrong draft has no conversion rate (not a rate of 0): the key is left out.
-    """
-    converted, wrong, regressed, right = (float(x) for x in counts)
-    rates = {}
-    if wrong > 0:
-        rates["train/conversion_rate"] = converted / wrong
-    if right > 0:
-        rates["train/regression_rate"] = regressed / right
-    return rates

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from agon_lightning.adapters.policy import completion_hidden_states, output_weight, using
 from agon_lightning.adapters.shared_prompt import sample_groups
+from agon_lightning.games.records import RoleRollout
 from agon_lightning.infra.logprobs import LogitHead, token_logprobs
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.strategies import local_grads
@@ -20,13 +21,11 @@ from agon_lightning.training.grpo import (
     LossNormalizer,
     clipped_policy_loss,
     effective_sample_size,
-    group_advantages,
     logprob_mismatch,
     sampler_correction,
     tis_clip_fraction,
 )
 from agon_lightning.training.options import GRPOOptions
-from agon_lightning.training.records import RoleRollout
 
 
 class Learner(Protocol):
@@ -41,14 +40,15 @@ class Learner(Protocol):
 
 
 def policy_logprobs(
-    learner: Learner, adapter: str | None, rollouts: RolloutBatch, rows: slice
+    learner: Learner, adapter: str | None, rollouts: RolloutBatch, rows: slice, group_size: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """``(log-probs, entropies)`` ``[B, T]`` of the completions ``rows`` under ``adapter`` (``None``: the base).
 
-    The rows of a GRPO group share their prompt's leading tokens, which run once per group.
+    The rows of a group (``group_size`` rows; ``None``: ``grpo.num_generations``) share their
+    prompt's leading tokens, which run once per group.
     """
     rb = rollouts.select(rows)
-    groups = sample_groups(rows, len(rollouts), learner.grpo.num_generations)
+    groups = sample_groups(rows, len(rollouts), group_size or learner.grpo.num_generations)
     args = (learner.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
     with using(learner.policy, adapter, learner.trainable):
         hidden = completion_hidden_states(*args)
@@ -74,17 +74,17 @@ def role_loss(
     """One role's clipped surrogate (with KL and truncated importance weights as configured) on ``rows``, and its stats.
 
     ``reference``: the role's KL term, ``(adapter, β)`` (adapter ``None``: the base; see
-    :mod:`agon_lightning.training.anchor`); ``None``: ``grpo.kl_beta`` toward the base.
+    :mod:`agon_lightning.training.features.kl`); ``None``: ``grpo.kl_beta`` toward the base.
     """
     grpo = learner.grpo
     ref_adapter, beta = (None, grpo.kl_beta) if reference is None else reference
     rb = role.rollouts.select(rows)
-    logp, entropy = policy_logprobs(learner, role.adapter, role.rollouts, rows)
+    logp, entropy = policy_logprobs(learner, role.adapter, role.rollouts, rows, role.group_size)
     old = logp.detach() if role.old_logp is None else role.old_logp[rows]
     ref = None
     if beta > 0:
         with torch.no_grad():
-            ref, _ = policy_logprobs(learner, ref_adapter, role.rollouts, rows)
+            ref, _ = policy_logprobs(learner, ref_adapter, role.rollouts, rows, role.group_size)
     mask = loss_mask(rb, grpo.mask_truncated)
     weights = None
     if grpo.tis_cap is not None:
@@ -113,14 +113,14 @@ def sampling_logprobs(learner: Learner, roles: list[RoleRollout], micro_batch: i
         for r in roles:
             total = len(r.rollouts)
             r.old_logp = torch.cat(
-                [policy_logprobs(learner, r.adapter, r.rollouts, slice(i, i + micro_batch))[0]
+                [policy_logprobs(learner, r.adapter, r.rollouts, slice(i, i + micro_batch), r.group_size)[0]
                  for i in range(0, total, micro_batch)]
             )  # fmt: skip
 
 
 def nonfinite_roles(learner: Learner, roles: list[RoleRollout], finite_loss: list[bool]) -> list[str]:
     """The roles (``"drafter (alpha, non-finite loss)"``) whose loss or adapter gradient is NaN or infinite."""
-    bad = []
+    bad: list[str] = []
     for i, role in enumerate(roles):  # i: the role's place in finite_loss
         # This process's part of each gradient (sharded strategies); any rank's verdict stops all.
         grads = local_grads(learner.adapter_params[role.adapter])
@@ -130,14 +130,3 @@ def nonfinite_roles(learner: Learner, roles: list[RoleRollout], finite_loss: lis
             what = "loss" if not finite_loss[i] else "gradient"
             bad.append(f"{role.role} ({role.adapter}, non-finite {what})")
     return bad
-
-
-def set_advantages(roles: list[RoleRollout], grpo: GRPOOptions) -> Tensor:
-    """Each role's group advantages from its rewards (in place); ``[rows]`` 1.0 where a group had no spread."""
-    zero_std = []
-    for role in roles:
-        role.advantages, zs = group_advantages(
-            role.rewards, grpo.num_generations, grpo.scale_std, std=grpo.std
-        )
-        zero_std.append(zs.float())
-    return torch.cat(zero_std)

@@ -74,7 +74,7 @@ def split_of(problem: Problem) -> str:
 
 
 def cascade_pairs(
-    adapters: tuple[str, ...], game: str, self_cascade: bool = False
+    adapters: tuple[str, ...], deploy: str, self_cascade: bool = False
 ) -> list[tuple[str, str, str]]:
     """``(metric key, drafter, answerer)`` for every cascade the run can deploy.
 
@@ -82,11 +82,18 @@ def cascade_pairs(
     ``self_cascade``). ``self_cascade`` with two adapters adds each one's self-cascade.
     """
     pairs = (
-        [] if game == "grpo" else [(d, c) for d in adapters for c in adapters if d != c or len(adapters) == 1]
+        [(d, c) for d in adapters for c in adapters if d != c or len(adapters) == 1] if deploy == "cascade" else []
     )
     if self_cascade:
         pairs += [(d, d) for d in adapters if (d, d) not in pairs]
-    return [(f"cascade_{ADAPTER_KEY[d]}{ADAPTER_KEY[c]}", d, c) for d, c in pairs]
+    return [(cascade_key(d, c), d, c) for d, c in pairs]
+
+
+def cascade_key(drafter: str, answerer: str) -> str:
+    """``cascade_ab`` for alpha → beta; ``cascade_<drafter>_<answerer>`` for adapters of other names."""
+    if drafter in ADAPTER_KEY and answerer in ADAPTER_KEY:
+        return f"cascade_{ADAPTER_KEY[drafter]}{ADAPTER_KEY[answerer]}"
+    return f"cascade_{drafter}_{answerer}"
 
 
 def ratio_metrics(means: dict[str, float]) -> dict[str, float]:
@@ -117,7 +124,7 @@ class CascadeEvaluator(nn.Module):
 
     Args:
         adapters: The run's adapters.
-        game: ``agon`` or ``grpo``.
+        deploy: The game's deployment (``GameSpec.deploy``): ``cascade`` evaluates the cascades too.
         moa: Also evaluate ``moa`` (the base drafts, the base answers after reading).
         self_cascade: Also evaluate each adapter's self-cascade (``cascade_aa``).
         deployed: The key reported as ``deployed``; ``None``: the first trained cascade
@@ -127,20 +134,20 @@ class CascadeEvaluator(nn.Module):
     def __init__(
         self,
         adapters: tuple[str, ...],
-        game: str,
+        deploy: str,
         moa: bool = False,
         self_cascade: bool = False,
         deployed: str | None = None,
     ) -> None:
         super().__init__()
         self.adapters = adapters
-        self.cascades = cascade_pairs(adapters, game, self_cascade)
+        self.cascades = cascade_pairs(adapters, deploy, self_cascade)
         if moa:  # the base drafts, the base answers after reading the summary
             self.cascades.append(("moa", BASE, BASE))
         self.keys = [BASE, *adapters, *(key for key, _, _ in self.cascades)]
         if deployed is None:
             trained = [key for key, drafter, _ in self.cascades if drafter != BASE]
-            deployed = adapters[0] if game == "grpo" or not trained else trained[0]
+            deployed = adapters[0] if deploy != "cascade" or not trained else trained[0]
         if deployed not in self.keys or deployed == BASE:
             raise ValueError(f"deployed={deployed!r} is not a trained policy of this run; expected one of "
                              f"{[k for k in self.keys if k not in (BASE, 'moa')]}")  # fmt: skip

@@ -1,4 +1,4 @@
-"""A league of past rivals: the challenger sometimes answers a past drafter's drafts.
+"""A league of past rivals: at some steps a role faces a past version of its rival.
 
 Agon's risk is a pair that collapses into each other or cycles: each adapter learns against the
 rival as it is now. Fictitious self-play trains against a mixture of past opponents instead
@@ -8,6 +8,13 @@ adapter as it was ``age`` updates ago; the drafter still samples its own drafts 
 them as usual (its reward never depends on the challenger). Snapshots are adapter-only, kept in
 the run's :class:`~agon_lightning.adapters.snapshots.AdapterHistory` and sampled through the
 drafter's ``_league`` slot (a vLLM engine or server receives it as one more versioned adapter).
+
+Any game whose spec declares rivals (``GameSpec.rivals``: role → the role it faces) gets the
+league: it asks ``player.rival(role, adapter)`` for the past version to face and reports how the
+role did with ``player.rival_played``. ``league.roles`` chooses which roles it plays for (by
+default every role with a rival that the game asks for). A game that declares no rivals is
+refused at start; one that declares them but plays a league step without asking is stopped at
+that step, naming it: the league is never a silent no-op.
 
 Which past rival, among the versions kept (ages 1 … ``max_age``; fewer at the start):
 
@@ -29,12 +36,13 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from agon_lightning.adapters.snapshots import AdapterHistory, load_into, slot_of
-from agon_lightning.training.records import RoleRollout, rows_of
+from agon_lightning.games.base import Game
+from agon_lightning.games.player import Rival
+from agon_lightning.games.records import StepRecord
+from agon_lightning.training.features.base import Feature
 
 RULES = ("uniform", "recent", "pfsp")
 
@@ -50,6 +58,8 @@ class League:
         pfsp_power: p of ``pfsp``'s weight (1 − w)^p.
         seed: Seed of the per-step draws (whether the league plays, which rival); ``None``: the
             run's seed, as ``seed_everything`` set it (0 when nothing set one).
+        roles: The roles that face past rivals, by the game's names; ``None``: every role the game
+            declares a rival for.
     """
 
     probability: float = 0.0
@@ -57,6 +67,7 @@ class League:
     rule: str = "uniform"
     pfsp_power: float = 2.0
     seed: int | None = None
+    roles: list[str] | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.probability <= 1.0:
@@ -88,29 +99,72 @@ def wins(challenge_correct: Tensor, draft_correct: Tensor) -> float:
     return float(((b > a).float() + 0.5 * (b == a).float()).sum())
 
 
-@dataclass
-class Rival:
-    """The past drafter a step's challenger faces."""
+class LeaguePlay(Feature):
+    """The league at work: which rival each step, and each role's record against each past version."""
 
-    adapter: str
-    version: int
-    age: int
+    option = "model.league"
 
-    @property
-    def slot(self) -> str:
-        return slot_of(self.adapter, "league")
-
-
-class LeaguePlay:
-    """The league at work: which rival each step, and the challenger's record against each."""
-
-    def __init__(self, league: League | None, game: str) -> None:
+    def __init__(self, league: League | None) -> None:
         self.league = league or League()
-        if self.active and game == "grpo":
+        self.games: dict[str, dict[int, list[float]]] = {}  # rival's adapter → version → [wins, games]
+        self._asked = False  # this step: whether the game asked for a rival, and reported how it went
+        self._metrics: dict[str, float] | None = None
+
+    def check(self, game: Game) -> None:
+        if not self.active:
+            return
+        rivals = game.spec.rivals
+        if not rivals:
             raise ValueError(
-                "model.league has the challenger face past drafters, but game='grpo' has no challenger"
+                f"model.league has a role face past versions of its rival, but the game {game.name} declares no "
+                "rivals (GameSpec.rivals), so no role can: set model.league.probability=0, or declare them"
             )
-        self.games: dict[str, dict[int, list[float]]] = {}  # drafting adapter → version → [wins, games]
+        unknown = [r for r in self.league.roles or () if r not in rivals]
+        if unknown:
+            raise ValueError(
+                f"model.league.roles names {unknown}, which the game {game.name} declares no rival for "
+                f"(GameSpec.rivals: {dict(rivals)})"
+            )
+
+    def plays(self, step: int) -> bool:
+        """Whether the league plays at ``step`` (the draw's first number)."""
+        return self.active and random.Random(f"{self.seed}:{step}").random() < self.league.probability
+
+    def rival(self, host: Any, role: str, adapter: str) -> Rival | None:
+        if not self.active or (self.league.roles is not None and role not in self.league.roles):
+            return None
+        self._asked = True
+        rival = self.draw(host.step, adapter, host.version, host.adapter_history)
+        if rival is not None:
+            _, state = host.adapter_history.at(rival.adapter, rival.version)
+            load_into(host.policy, rival.slot, state)
+            host.weights_updated([rival.slot])  # a sampling engine takes the slot's new weights
+        return rival
+
+    def rival_played(
+        self, host: Any, rival: Rival | None, reader_correct: Tensor, rival_correct: Tensor
+    ) -> None:
+        if self.active:
+            self._metrics = self.played(rival, reader_correct, rival_correct, host.version)
+
+    def before_play(self, host: Any) -> None:
+        self._asked, self._metrics = False, None
+
+    def after_play(self, host: Any, record: StepRecord) -> None:
+        if not self.active:
+            return
+        if self.plays(record.step) and not self._asked and self.league.roles is None:
+            raise ValueError(
+                f"step {record.step}: model.league plays this step, but the game {host.game.name} did not ask for a "
+                "rival (player.rival): it declares rivals (GameSpec.rivals) it does not play against; ask for one, "
+                "or set model.league.probability=0"
+            )
+        if self._asked and self._metrics is None:
+            raise ValueError(
+                f"step {record.step}: the game {host.game.name} asked for a rival but did not report how it went "
+                "(player.rival_played)"
+            )
+        record.league = self._metrics or {}
 
     @property
     def active(self) -> bool:
@@ -122,9 +176,9 @@ class LeaguePlay:
         """How many past versions of each adapter the league reads (0 when off)."""
         return self.league.max_age if self.active else 0
 
-    def slots(self, adapters: tuple[str, ...]) -> dict[str, str]:
+    def slots(self, policies: tuple[str, ...]) -> dict[str, str]:
         """The snapshot slots the rivals are sampled through: slot → adapter (none when off)."""
-        return {slot_of(a, "league"): a for a in adapters} if self.active else {}
+        return {slot_of(a, "league"): a for a in policies} if self.active else {}
 
     @property
     def seed(self) -> int:
@@ -183,48 +237,8 @@ class LeaguePlay:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"games": self.games}
+        return {"league": {"games": self.games}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.games = {a: {int(v): list(r) for v, r in g.items()} for a, g in state.get("games", {}).items()}
-
-
-def sample_rival(player: Any, rival: Rival, history: AdapterHistory, problems: list[Any]) -> RoleRollout:
-    """The past drafter's N drafts of each problem, verified (the module's sampling, through the rival's slot)."""
-    _, state = history.at(rival.adapter, rival.version)
-    load_into(player.policy, rival.slot, state)
-    player.drafts.weights_updated(
-        player.policy, [rival.slot]
-    )  # a sampling engine takes the slot's new weights
-    n = player.grpo.num_generations
-    batch = player.sample(rival.slot, [player.prompts.draft_prompt(player.tokenizer, p) for p in problems], n)
-    verdicts = player.verifier.verify_batch(batch.texts, [p for p in problems for _ in range(n)])
-    return RoleRollout(
-        rival.slot, batch, verdicts, torch.zeros(len(batch)), versions=rows_of(rival.version, len(batch))
-    )
-
-
-def load_past(history: AdapterHistory | None, league: LeaguePlay, state: dict[str, Any]) -> None:
-    """Restore the adapters' past weights and the league's record from a checkpoint's ``agon`` state.
-
-    Raises:
-        ValueError: the run reads past weights (a ``self`` KL reference, a league) and the
-            checkpoint holds none: resuming would read other weights than the run did.
-    """
-    saved = state.get("adapter_history")
-    if history is None:
-        if saved is not None:
-            rank_zero_warn(
-                "the checkpoint holds past adapter weights (model.kl's 'self' reference or model.league) "
-                "and this run reads none: they are not used"
-            )
-        return
-    if saved is None:
-        raise ValueError(
-            "this run reads past adapter weights (model.kl's 'self' reference or model.league), but the "
-            "checkpoint holds none (it was written without either): resuming would read other weights than "
-            "the run did"
-        )
-    history.load_state_dict(saved)
-    if state.get("league") is not None:
-        league.load_state_dict(state["league"])
+        saved = (state.get("league") or {}).get("games", {})
+        self.games = {a: {int(v): list(r) for v, r in g.items()} for a, g in saved.items()}

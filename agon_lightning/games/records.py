@@ -1,10 +1,9 @@
-"""What a training step played: each role's rollouts, verdicts and rewards (what callbacks read)."""
+"""What a training step played: each role's rollouts, verdicts and rewards (what the update and callbacks read)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import Tensor
@@ -16,7 +15,21 @@ from agon_lightning.rollout.base import RolloutBatch
 
 @dataclass
 class RoleRollout:
-    """One role's rollouts in a step, with their verdicts and rewards."""
+    """One role's rollouts in a step, with their verdicts and rewards.
+
+    Attributes:
+        adapter: The adapter that sampled them (and that trains on them).
+        rollouts: The samples.
+        verdicts: The verifier's (or the game's) verdict on each.
+        rewards: ``[B]`` what each row is paid.
+        advantages: ``[B]`` set before the update (the game's :meth:`~agon_lightning.games.base.Game.advantages`).
+        old_logp: The sampling policy's log-probs (set when ``grpo.num_iterations`` > 1).
+        role: The role's name, one of the game's ``GameSpec.roles`` (what ``model.kl`` addresses).
+        versions: ``[B]`` the policy version each row was sampled with.
+        group_size: Rows per group of the group advantages (``None``: ``grpo.num_generations``).
+        reference: The role's KL term this step, ``(reference adapter or None for the base, β)``;
+            set by the KL anchor before the update (``None``: no KL term).
+    """
 
     adapter: str
     rollouts: RolloutBatch
@@ -24,9 +37,10 @@ class RoleRollout:
     rewards: Tensor
     advantages: Tensor = field(default_factory=lambda: torch.zeros(0))
     old_logp: Tensor | None = None
-    role: Literal["drafter", "challenger"] = "drafter"
-    # [B] the policy version each row was sampled with (AgonModule.policy_version)
+    role: str = "drafter"
     versions: Tensor | None = None
+    group_size: int | None = None
+    reference: tuple[str | None, float] | None = None
 
     @property
     def correct(self) -> Tensor:
@@ -40,27 +54,33 @@ class RoleRollout:
 
 @dataclass
 class StepRecord:
-    """What happened in the last training step, for callbacks (samples, lengths, divergence)."""
+    """What a training step played: the update's input and the callbacks' source.
+
+    ``draft`` is the first role (the drafter's, in Agon), ``challenge`` the second when there is
+    one, ``others`` every further role (a judge, a second round): :attr:`roles` lists them all.
+    """
 
     step: int
     problems: list[Problem]
     draft: RoleRollout
     summaries: list[str] = field(default_factory=list)
     challenge: RoleRollout | None = None
+    others: list[RoleRollout] = field(default_factory=list)
     # Row i: the draft challenge i read and was graded against (see schedule.opponent_rows).
     opponents: Tensor | None = None
-    reward_terms: dict[str, float] = field(default_factory=dict)  # RoleRewards.metrics()
+    # The game's own metrics this step (RoleRewards.metrics(), a game's terms), logged as they are.
+    reward_terms: dict[str, float] = field(default_factory=dict)
     # A league step: the past drafter's drafts the challenge read instead of the drafter's (not trained).
     rival_drafts: RoleRollout | None = None
-    league: dict[str, float] = field(default_factory=dict)  # the league's metrics (training.league)
+    league: dict[str, float] = field(default_factory=dict)  # the league's metrics (training.features.league)
     # What the step defined of the metrics a step may leave undefined, over every process, as the loggers got
     # them (training.step_metrics.sparse_metrics); filled in once the step is done.
     sparse_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def roles(self) -> list[RoleRollout]:
-        """The step's roles: the drafter's, then the challenger's when there is one."""
-        return [self.draft] + ([self.challenge] if self.challenge is not None else [])
+        """The step's roles: the first, the second when there is one, then the others."""
+        return [self.draft] + ([self.challenge] if self.challenge is not None else []) + list(self.others)
 
     @property
     def opponent_correct(self) -> Tensor:

@@ -1,0 +1,20 @@
+"""Games of several LoRA policies on one base: the contract (a :class:`GameSpec`, the :class:`Player`
+a game calls) and the games shipped (entry-point group ``agon_lightning.games``).
+
+- :mod:`~agon_lightning.games.spec`: what a game declares; :mod:`~agon_lightning.games.player`:
+  what it may call; :mod:`~agon_lightning.games.base`: :class:`Game`; :mod:`~agon_lightning.games.records`:
+  what a step played;
+- :mod:`~agon_lightning.games.agon`: Agon and GRPO; :mod:`~agon_lightning.games.schedule`: Agon's roles
+  and pairings.
+"""
+
+from agon_lightning.games.agon import AgonGame, GRPOGame, as_game
+from agon_lightning.games.base import Game, draft_stage
+from agon_lightning.games.player import Player, Rival
+from agon_lightning.games.records import RoleRollout, StepRecord, rows_of
+from agon_lightning.games.spec import GameSpec
+
+__all__ = [
+    "AgonGame", "GRPOGame", "Game", "GameSpec", "Player", "Rival", "RoleRollout", "StepRecord", "as_game",
+    "draft_stage", "rows_of",
+]  # fmt: skip
