@@ -12,7 +12,8 @@ self-play or distillation. Every ``every_n_steps`` steps this logs, under ``dive
   averaged over the tokens of a fixed probe set, and ``kl_{name}_base``: KL(adapter‖base)
   on the same tokens (left out if the probe completions hold no token);
 * ``answer_agreement``: the share of draft/challenge pairs, over the steps since the last
-  measurement, whose final answers are equal; ``copy_rate``: equal and both wrong.
+  measurement, whose final answers are equal; ``copy_rate``: equal and both wrong. Only where
+  both roles answer the problem (the game's ``GameSpec.answers``): a verifier's yes/no is not an answer.
 
 The probe set is the first ``num_probes`` held-out problems' draft prompts, each followed by
 the base model's greedy completion: built once, so every measurement reads the same tokens.
@@ -247,7 +248,9 @@ class DivergenceMonitor(L.Callback):
         record = pl_module.last_record
         if record is None:
             return
-        if record.challenge is not None:
+        # Agreement compares two answers to the problem: a second role that judges the first (yes/no) has none.
+        answering = set(pl_module.game.spec.answers)
+        if record.challenge is not None and {record.draft.role, record.challenge.role} <= answering:
             self._counts = [c + n for c, n in zip(self._counts, answer_counts(record))]
         if record.step % self.every_n_steps:
             return

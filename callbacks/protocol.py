@@ -49,6 +49,8 @@ class AgonModuleView(Protocol):
     """Game steps taken; drives the role schedule."""
     evaluator: EvaluatorView
     """The cascade evaluator: its history and the last evaluation's outcomes."""
+    game: Any
+    """The game: its ``spec`` (roles, the roles whose completions answer the problem, deployment)."""
     last_record: StepRecord | None
     """What the last training step played (problems, rollouts, rewards); ``None`` before one."""
     policy: nn.Module
