@@ -5,7 +5,11 @@ a game calls) and the games shipped (entry-point group ``agon_lightning.games``)
   what it may call; :mod:`~agon_lightning.games.base`: :class:`Game`; :mod:`~agon_lightning.games.records`:
   what a step played;
 - :mod:`~agon_lightning.games.agon`: Agon and GRPO; :mod:`~agon_lightning.games.schedule`: Agon's roles
-  and pairings.
+  and pairings;
+- the games shipped beside them: :mod:`~agon_lightning.games.prover_verifier` (prover–verifier),
+  :mod:`~agon_lightning.games.debate` (two debaters and a judge, k rounds),
+  :mod:`~agon_lightning.games.challenger_solver` (after R-Zero) and :mod:`~agon_lightning.games.zero_sum`
+  (zero-sum self-play with role-conditioned advantages, after SPIRAL).
 """
 
 from agon_lightning.games.agon import AgonGame, GRPOGame, as_game

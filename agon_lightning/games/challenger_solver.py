@@ -89,6 +89,15 @@ def posed_problem(seed: Problem, question: str) -> Problem:
     return Problem.from_messages(with_last_user_content(seed.messages, question))
 
 
+def posing_verdict(question: str | None) -> Verdict:
+    """The challenger's verdict on one posing: whether it posed a problem (there is nothing else to judge)."""
+    return Verdict(
+        correct=question is not None,
+        reason="no_question" if question is None else "posed",
+        extracted=question,
+    )
+
+
 def solver_verdict(agrees: bool, answer: str | None, posed: bool) -> Verdict:
     """The solver's verdict on one answer: whether it agrees with the majority (there is no gold answer)."""
     reason = "agrees" if agrees else ("no_answer" if answer is None else "disagrees")
@@ -158,33 +167,34 @@ class ChallengerSolverGame(Game):
 
     def play(self, player: Player, problems: list[Problem]) -> StepRecord:
         n, m = player.num_generations, self.solver_samples
-        pose = [player.prompts.render(player.tokenizer, fill(self.pose_prompt, question=p.question), p.messages)
-                for p in problems]  # fmt: skip
-        posings = player.sample(CHALLENGER, pose, n)  # [P·N]: N posings of each seed problem
+        posings = player.sample(CHALLENGER, [self.posing_prompt(player, p) for p in problems], n)  # [P·N]
         questions = [posed_question(text) for text in posings.texts]
         seeds = [p for p in problems for _ in range(n)]
         asked = [s if q is None else posed_problem(s, q) for s, q in zip(seeds, questions)]
         prompts = [player.prompts.draft_prompt(player.tokenizer, p) for p in asked]
-        answers = player.sample(SOLVER, prompts, m)  # [P·N·m]: m answers of each asked problem
+        answers = player.sample(SOLVER, prompts, m)  # [P·N·m]: m answers of each problem asked
         extracted = [extract_answer(text) for text in answers.texts]
         agrees, p_hat = self_consistency(extracted, m)
         posed = torch.tensor([q is not None for q in questions], dtype=torch.float32)  # [P·N]
-        challenger_rewards = uncertainty_reward(p_hat) * posed
-        challenger = player.role(
-            CHALLENGER, CHALLENGER, posings,
-            [Verdict(correct=q is not None, reason="posed" if q else "no_question", extracted=q) for q in questions],
-            challenger_rewards, group_size=n,
-        )  # fmt: skip
-        verdicts = [solver_verdict(bool(a), e, q is not None)
-                    for a, e, q in zip(agrees, extracted, (q for q in questions for _ in range(m)))]  # fmt: skip
+        paid = uncertainty_reward(p_hat) * posed
+        posing_verdicts = [posing_verdict(q) for q in questions]
+        challenger = player.role(CHALLENGER, CHALLENGER, posings, posing_verdicts, paid, group_size=n)
+        posed_rows = [q is not None for q in questions for _ in range(m)]
+        verdicts = [solver_verdict(bool(a), e, p) for a, e, p in zip(agrees, extracted, posed_rows)]
         solver = player.role(SOLVER, SOLVER, answers, verdicts, agrees, group_size=m)
         record = StepRecord(player.step, problems, challenger, challenge=solver)
         record.summaries = [p.question for p in asked for _ in range(m)]  # what each solver row answered
         record.reward_terms = {
             "cs/posed_parse_rate": float(posed.mean()),
-            "cs/challenger_reward": float(challenger_rewards.mean()),
+            "cs/challenger_reward": float(paid.mean()),
         }
         return record
+
+    def posing_prompt(self, player: Player, seed: Problem) -> str:
+        """The challenger's prompt for ``seed``: :attr:`pose_prompt` filled, through the chat template."""
+        return player.prompts.render(
+            player.tokenizer, fill(self.pose_prompt, question=seed.question), seed.messages
+        )
 
     def counts(self, record: StepRecord) -> Tensor:
         """``[Σ p̂ over posed problems, posed problems]``: the solver's agreement where a problem was posed."""

@@ -28,7 +28,13 @@ from agon_lightning.games.records import RoleRollout, StepRecord
 from agon_lightning.games.spec import GameSpec
 
 FIRST, SECOND = "first", "second"
-METRICS = ("zs/first_win_rate", "zs/second_win_rate", "zs/tie_rate", "zs/baseline_first", "zs/baseline_second")
+METRICS = (
+    "zs/first_win_rate",
+    "zs/second_win_rate",
+    "zs/tie_rate",
+    "zs/baseline_first",
+    "zs/baseline_second",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,11 +98,14 @@ class ZeroSumGame(Game):
 
     def __init__(self, decay: float = 0.95) -> None:
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
-            raise ValueError(f"decay must be a number in [0, 1) (the baselines' weight of the past), got {decay!r}")
+            raise ValueError(
+                f"decay must be a number in [0, 1) (the baselines' weight of the past), got {decay!r}"
+            )
         self.decay = float(decay)
         self.baselines: dict[str, float] = {FIRST: 0.0, SECOND: 0.0}
         """Each role's baseline: the moving average of its mean reward (public; saved in checkpoints)."""
-        self._used: dict[str, float] = dict(self.baselines)  # the baselines the last advantages were taken against
+        # the baselines the last advantages were taken against (what the step logs)
+        self._used: dict[str, float] = dict(self.baselines)
 
     @property
     def spec(self) -> GameSpec:
@@ -123,7 +132,9 @@ class ZeroSumGame(Game):
             read, faced = record.rival_drafts.rollouts, record.rival_drafts.correct
         record.summaries, prompts = player.read(grouped, read)
         answers = player.sample(ALPHA, prompts, 1)
-        second = player.role(SECOND, ALPHA, answers, player.verify(answers.texts, grouped), torch.zeros(len(answers)))
+        second = player.role(
+            SECOND, ALPHA, answers, player.verify(answers.texts, grouped), torch.zeros(len(answers))
+        )
         second.rewards = zero_sum_payoff(second.correct, faced)
         first.rewards = zero_sum_payoff(first.correct, second.correct)
         record.challenge = second
@@ -141,7 +152,9 @@ class ZeroSumGame(Game):
         for role in roles:
             baseline = self.baselines[role.role]
             role.advantages = role.rewards.float() - baseline
-            self.baselines[role.role] = moving_average(baseline, float(role.rewards.float().mean()), self.decay)
+            self.baselines[role.role] = moving_average(
+                baseline, float(role.rewards.float().mean()), self.decay
+            )
             zero_std.append(agreeing_groups(role.rewards, role.group_size or num_generations))
         return torch.cat(zero_std)
 
