@@ -1,9 +1,10 @@
 """The adapter bundle written beside each checkpoint, ready to deploy.
 
-A bundle is ``NAME/`` next to ``NAME.ckpt``: every adapter in PEFT's layout plus
+A bundle is ``NAME/`` next to ``NAME.ckpt``: every adapter of the run in PEFT's layout plus
 ``agon.json`` (:func:`agon_lightning.deploy.bundle.save_bundle`), so the policy a checkpoint
-holds can be served without the run that wrote it. :class:`BundleWriter` decides which adapter
-drafts in the bundle's cascade, gathers the adapters and writes and removes bundles;
+holds can be served without the run that wrote it — the run's deployed policy: a cascade, one
+adapter alone, or the game's answer graph. :class:`BundleWriter` decides which adapter drafts in a
+bundle's cascade, gathers the adapters and writes and removes bundles;
 :class:`~callbacks.checkpoint.AgonCheckpoint` composes it and calls it on each save and each
 removal.
 
@@ -22,8 +23,9 @@ from typing import Any
 import lightning as L
 
 from agon_lightning.deploy.bundle import save_bundle
-from agon_lightning.game.names import ADAPTERS, ALPHA, BETA
+from agon_lightning.game.names import ADAPTERS
 from agon_lightning.strategies import full_tensors
+from agon_lightning.training.validation import cascade_key
 
 from .protocol import AgonModuleView
 
@@ -42,10 +44,12 @@ class BundleWriter:
     """Writes and removes the adapter bundle of a checkpoint.
 
     Args:
-        drafter: Adapter that drafts in the bundle's deployed cascade. ``deployed``: the drafter
-            of the module's deployed policy (``model.deployed``), fixed before training;
-            ``auto`` picks, post hoc, the cascade order that scored higher at the last
-            validation (``alpha`` on a tie), as the paper chose its direction.
+        drafter: Adapter that drafts in the bundle's cascade. ``deployed``: the run's deployed policy
+            as it is (``model.deployed``, fixed before training: a cascade, an adapter alone, or the
+            game's answer graph); ``auto`` picks, post hoc, the order of a two-adapter cascade that
+            scored higher at the last validation (the first adapter on a tie), as the paper chose its
+            direction, and the deployed policy where no two cascades were scored; an adapter's name:
+            that adapter drafts (alone, for a game deployed as one adapter).
     """
 
     def __init__(self, drafter: str = "deployed") -> None:
@@ -53,16 +57,20 @@ class BundleWriter:
             raise ValueError(f"drafter must be one of {DRAFTER_CHOICES}, got {drafter!r}")
         self.drafter = drafter
 
-    def drafter_for(self, trainer: L.Trainer) -> str:
-        """The adapter that drafts in the bundle written now (see ``drafter``)."""
-        if self.drafter == "deployed":
-            module: AgonModuleView = trainer.lightning_module
-            return module.evaluator.deployed_drafter
-        if self.drafter != "auto":
+    def drafter_for(self, trainer: L.Trainer) -> str | None:
+        """The adapter that drafts in the bundle written now (see ``drafter``); ``None``: the game's answer graph."""
+        if self.drafter not in ("deployed", "auto"):
             return self.drafter
-        ab = trainer.callback_metrics.get("val/cascade_ab/pass@1")
-        ba = trainer.callback_metrics.get("val/cascade_ba/pass@1")
-        return BETA if ab is not None and ba is not None and float(ba) > float(ab) else ALPHA
+        module: AgonModuleView = trainer.lightning_module
+        deployed = module.evaluator.deployed_drafter
+        if self.drafter == "deployed" or len(module.adapter_names) != 2:
+            return deployed
+        first, second = module.adapter_names
+        forward = trainer.callback_metrics.get(f"val/{cascade_key(first, second)}/pass@1")
+        backward = trainer.callback_metrics.get(f"val/{cascade_key(second, first)}/pass@1")
+        if forward is None or backward is None:
+            return deployed
+        return second if float(backward) > float(forward) else first
 
     def gather(self, trainer: L.Trainer) -> dict[str, Any]:
         """The adapters, whole on every rank: a collective under sharding, so every process calls it."""

@@ -461,8 +461,8 @@ class AgonCheckpoint(Checkpoint):
         """The ``drafter`` option (kept by the :class:`~callbacks.bundle.BundleWriter`)."""
         return self.bundle_writer.drafter
 
-    def drafter_for_bundle(self, trainer: L.Trainer) -> str:
-        """The adapter that drafts in the bundle written now (see ``drafter``)."""
+    def drafter_for_bundle(self, trainer: L.Trainer) -> str | None:
+        """The adapter that drafts in the bundle written now (see ``drafter``; ``None``: the game's answer graph)."""
         return self.bundle_writer.drafter_for(trainer)
 
     def save(self, trainer: L.Trainer, filepath: str) -> None:

@@ -34,8 +34,8 @@ class EvaluatorView(Protocol):
     """The evaluator key of the policy a bundle deploys (``cascade_ab``, ``alpha``, ...)."""
 
     @property
-    def deployed_drafter(self) -> str:
-        """The adapter that drafts in the deployed policy."""
+    def deployed_drafter(self) -> str | None:
+        """The adapter that drafts in the deployed policy (``None``: the game's own answer graph)."""
         ...
 
 

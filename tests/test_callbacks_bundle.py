@@ -25,7 +25,9 @@ def test_the_drafter_follows_the_option():
     metrics = {"val/cascade_ab/pass@1": torch.tensor(0.2), "val/cascade_ba/pass@1": torch.tensor(0.5)}
     trainer = SimpleNamespace(
         callback_metrics=metrics,
-        lightning_module=SimpleNamespace(evaluator=SimpleNamespace(deployed_drafter="beta")),
+        lightning_module=SimpleNamespace(
+            adapter_names=("alpha", "beta"), evaluator=SimpleNamespace(deployed_drafter="beta")
+        ),
     )
     assert BundleWriter("auto").drafter_for(trainer) == "beta"
     assert BundleWriter("alpha").drafter_for(trainer) == "alpha"

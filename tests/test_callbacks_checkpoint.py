@@ -182,18 +182,22 @@ def test_bundle_drafter_follows_the_better_cascade(ab, ba, choice, expected):
     metrics = {
         k: torch.tensor(v) for k, v in (("val/cascade_ab/pass@1", ab), ("val/cascade_ba/pass@1", ba)) if v
     }
-    assert (
-        AgonCheckpoint(drafter=choice).drafter_for_bundle(SimpleNamespace(callback_metrics=metrics))
-        == expected
+    module = SimpleNamespace(
+        adapter_names=("alpha", "beta"), evaluator=SimpleNamespace(deployed_drafter="alpha")
     )
+    trainer = SimpleNamespace(callback_metrics=metrics, lightning_module=module)
+    assert AgonCheckpoint(drafter=choice).drafter_for_bundle(trainer) == expected
 
 
 def test_bundle_drafter_defaults_to_the_deployed_policy_fixed_before_training():
-    module = SimpleNamespace(evaluator=CascadeEvaluator(("alpha", "beta"), "agon", deployed="cascade_ba"))
+    module = SimpleNamespace(
+        adapter_names=("alpha", "beta"),
+        evaluator=CascadeEvaluator(("alpha", "beta"), "cascade", deployed="cascade_ba"),
+    )
     better_ab = {"val/cascade_ab/pass@1": torch.tensor(0.9), "val/cascade_ba/pass@1": torch.tensor(0.1)}
     trainer = SimpleNamespace(callback_metrics=better_ab, lightning_module=module)
     assert AgonCheckpoint().drafter_for_bundle(trainer) == "beta"  # the scores do not choose it
-    module.evaluator = CascadeEvaluator(("alpha",), "grpo", self_cascade=True)
+    module.evaluator = CascadeEvaluator(("alpha",), "single", self_cascade=True)
     assert AgonCheckpoint().drafter_for_bundle(trainer) == "alpha"
 
 

@@ -86,36 +86,38 @@ def test_a_grpo_run_evaluates_its_self_cascade_but_deploys_the_adapter(tiny_mode
     assert metrics["val/deployed/pass@1"] == metrics["val/cascade_aa/pass@1"]
 
 
+# fmt: off
 @pytest.mark.parametrize(
-    "adapters,game,kwargs,keys,deployed",
+    "adapters,deploy,kwargs,keys,deployed",
     [
-        (("alpha", "beta"), "agon", {}, ["base", "alpha", "beta", "cascade_ab", "cascade_ba"], "cascade_ab"),
-        (("alpha",), "agon", {}, ["base", "alpha", "cascade_aa"], "cascade_aa"),  # self-play, self-refinement
-        (("alpha",), "grpo", {}, ["base", "alpha"], "alpha"),
-        (("alpha",), "grpo", {"self_cascade": True}, ["base", "alpha", "cascade_aa"], "alpha"),
-        (("alpha", "beta"), "agon", {"deployed": "cascade_ba"}, None, "cascade_ba"),
+        (("alpha", "beta"), "cascade", {}, ["base", "alpha", "beta", "cascade_ab", "cascade_ba"], "cascade_ab"),
+        (("alpha",), "cascade", {}, ["base", "alpha", "cascade_aa"], "cascade_aa"),  # self-play, self-refinement
+        (("alpha",), "single", {}, ["base", "alpha"], "alpha"),
+        (("alpha",), "single", {"self_cascade": True}, ["base", "alpha", "cascade_aa"], "alpha"),
+        (("alpha", "beta"), "cascade", {"deployed": "cascade_ba"}, None, "cascade_ba"),
     ],
 )
-def test_evaluator_keys_and_the_deployed_key(adapters, game, kwargs, keys, deployed):
-    evaluator = CascadeEvaluator(adapters, game, **kwargs)
+# fmt: on
+def test_evaluator_keys_and_the_deployed_key(adapters, deploy, kwargs, keys, deployed):
+    evaluator = CascadeEvaluator(adapters, deploy, **kwargs)
     if keys is not None:
         assert evaluator.keys == keys
     assert evaluator.deployed_key == deployed
 
 
 @pytest.mark.parametrize(
-    "adapters, game, kwargs, pair",
+    "adapters, deploy, kwargs, pair",
     [
-        (("alpha", "beta"), "agon", {}, ("alpha", "beta")),
-        (("alpha", "beta"), "agon", {"deployed": "cascade_ba"}, ("beta", "alpha")),
-        (("alpha", "beta"), "agon", {"deployed": "beta"}, ("beta", "alpha")),
-        (("alpha",), "grpo", {}, ("alpha", "alpha")),
-        (("alpha",), "grpo", {"self_cascade": True, "deployed": "cascade_aa"}, ("alpha", "alpha")),
+        (("alpha", "beta"), "cascade", {}, ("alpha", "beta")),
+        (("alpha", "beta"), "cascade", {"deployed": "cascade_ba"}, ("beta", "alpha")),
+        (("alpha", "beta"), "cascade", {"deployed": "beta"}, ("beta", "alpha")),
+        (("alpha",), "single", {}, ("alpha", "alpha")),
+        (("alpha",), "single", {"self_cascade": True, "deployed": "cascade_aa"}, ("alpha", "alpha")),
     ],
 )
-def test_the_deployed_policy_names_who_drafts_and_who_answers(adapters, game, kwargs, pair):
+def test_the_deployed_policy_names_who_drafts_and_who_answers(adapters, deploy, kwargs, pair):
     # What `agon predict` through Lightning (AgonModule.predict_step) runs: the deployed cascade.
-    evaluator = CascadeEvaluator(adapters, game, **kwargs)
+    evaluator = CascadeEvaluator(adapters, deploy, **kwargs)
     assert (evaluator.deployed_drafter, evaluator.deployed_answerer) == pair
 
 
@@ -123,7 +125,7 @@ def test_a_deployed_key_the_run_cannot_deploy_is_named():
     with pytest.raises(
         ValueError, match=r"deployed='cascade_ba' .* expected one of \['alpha', 'cascade_aa'\]"
     ):
-        CascadeEvaluator(("alpha",), "grpo", self_cascade=True, deployed="cascade_ba")
+        CascadeEvaluator(("alpha",), "single", self_cascade=True, deployed="cascade_ba")
 
 
 def test_ratios_of_means_are_ratios_of_counts_and_undefined_ones_are_left_out():

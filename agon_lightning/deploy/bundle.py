@@ -1,16 +1,20 @@
-"""The adapter bundle: both adapters in PEFT's own layout plus a small ``agon.json``.
+"""The adapter bundle: every adapter of the run in PEFT's own layout plus a small ``agon.json``.
 
 ::
 
     bundle/
       alpha/adapter_config.json  alpha/adapter_model.safetensors
-      beta/adapter_config.json   beta/adapter_model.safetensors
-      agon.json                  # base model, who drafts, summarizer, prompts, generation
+      beta/adapter_config.json   beta/adapter_model.safetensors   # one folder per adapter, whatever its name
+      agon.json                  # base model, the game and how it deploys, summarizer, prompts, generation
 
 Each adapter directory loads with plain ``peft.PeftModel.from_pretrained(base, "bundle/alpha")``.
 Components are recorded as ``{"class_path", "init_args"}`` from their public attributes (our
 components keep each constructor argument as a same-named attribute), so a bundle rebuilds
-the exact pipeline it was trained with. Writes go to a temporary sibling directory that is
+the exact pipeline it was trained with. ``agon.json`` records the deployed policy as the run fixed
+it (:class:`~agon_lightning.training.deployment.Deployment`): ``deploy`` (``cascade``, ``single`` or
+``graph``), ``drafter`` and ``answerer``, and the game (its class path and constructor arguments) whose
+answer graph a ``graph`` bundle runs. A bundle written before these were recorded has two adapters (or
+one) and no ``deploy``: it is the Agon cascade, ``drafter`` drafting and the other adapter answering. Writes go to a temporary sibling directory that is
 renamed into place, so an interrupted save never leaves a half-written bundle. Loading checks
 each adapter against the bundle (listed, has weights, trained on this base) before attaching
 it with the same :func:`~agon_lightning.adapters.policy.attach_adapters` that builds a training run.
@@ -20,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +38,9 @@ from safetensors import SafetensorError
 
 from agon_lightning.adapters.policy import LoraOptions, attach_adapters, load_base
 from agon_lightning.adapters.weights_files import ADAPTER_WEIGHTS, weights_file, weights_problem
-from agon_lightning.game.names import ALPHA
 from agon_lightning.game.names import SHIPPED as EMBEDDED_PREFIX  # agon:NAME, a shipped model
 from agon_lightning.infra.errors import CommandParser, UsageError
+from agon_lightning.training.deployment import Deployment
 
 BUNDLE_FILE = "agon.json"
 FORMAT_VERSION = 1
@@ -48,10 +53,17 @@ def component_spec(obj: Any) -> dict[str, Any]:
         obj = lazy_type(**obj._lazy_kwargs)
     cls = type(obj)
     args = {k: v for k, v in vars(obj).items() if not k.startswith("_") and not callable(v)}
-    return {
-        "class_path": f"{cls.__module__}.{cls.__qualname__}",
-        "init_args": json.loads(json.dumps(args, default=str)),
-    }
+    return {"class_path": class_path(cls), "init_args": as_json(args)}
+
+
+def class_path(cls: type) -> str:
+    """The dotted path that imports ``cls``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def as_json(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` as JSON keeps them (a value JSON cannot hold, as its ``str``)."""
+    return json.loads(json.dumps(dict(args), default=str))
 
 
 def build_component(spec: dict[str, Any]) -> Any:
@@ -64,17 +76,44 @@ def build_component(spec: dict[str, Any]) -> Any:
     return cls(**spec.get("init_args", {}))
 
 
-def bundle_metadata(module: Any, drafter: str = ALPHA) -> dict[str, Any]:
-    """``agon.json`` for an :class:`AgonModule`."""
-    if drafter not in module.adapter_names:
-        raise ValueError(f"drafter must be one of {module.adapter_names}, got {drafter!r}")
+def game_spec(module: Any) -> dict[str, Any]:
+    """``{"class_path", "init_args"}`` of the module's game, for a bundle to rebuild it.
+
+    As the config gave it where LightningCLI kept it (``hparams["game"]``: ``class_path`` and
+    ``init_args``); else the game's constructor arguments, read back from the same-named attributes
+    our components keep (an argument without one is left out, and takes its default when rebuilt).
+    """
+    given = getattr(module, "hparams", {}).get("game")
+    if isinstance(given, Mapping) and "class_path" in given:
+        return {"class_path": given["class_path"], "init_args": as_json(given.get("init_args") or {})}
+    game = module.game
+    params = list(inspect.signature(type(game).__init__).parameters)[1:]  # after self
+    return {
+        "class_path": class_path(type(game)),
+        "init_args": as_json({name: getattr(game, name) for name in params if hasattr(game, name)}),
+    }
+
+
+def bundle_metadata(module: Any, drafter: str | None = None) -> dict[str, Any]:
+    """``agon.json`` for an :class:`AgonModule`: its deployed policy (``module.evaluator.deployment``),
+    with ``drafter`` drafting instead when given (:meth:`~agon_lightning.training.deployment.Deployment.drafting`).
+
+    Raises:
+        ValueError: ``drafter`` is not one of the module's adapters, or the game deploys as a graph.
+    """
+    deployment: Deployment = module.evaluator.deployment
+    if drafter is not None:
+        deployment = deployment.drafting(drafter, tuple(module.adapter_names))
     prompts = module.prompts
     return {
         "format_version": FORMAT_VERSION,
         "base_model": module.model_name_or_path,
         "dtype": module.dtype_name,
         "adapters": list(module.adapter_names),
-        "drafter": drafter,
+        "deploy": deployment.kind,
+        "drafter": deployment.drafter,
+        "answerer": deployment.answerer,
+        "game": game_spec(module),
         "step": module.agon_step,
         "summarizer": component_spec(module.summarizer),
         "verifier": component_spec(module.verifier),
@@ -82,6 +121,23 @@ def bundle_metadata(module: Any, drafter: str = ALPHA) -> dict[str, Any]:
         "prompts": asdict(prompts) if is_dataclass(prompts) else dict(vars(prompts)),
         "system_messages": training_system_messages(module),
     }
+
+
+def bundle_deployment(meta: dict[str, Any]) -> Deployment:
+    """The deployed policy ``agon.json`` records; a bundle written before it was recorded (no ``deploy``)
+    is the Agon cascade: ``drafter`` drafts, the other adapter (itself alone) answers.
+
+    Raises:
+        ValueError: a record that names no usable deployment (naming it).
+    """
+    kind, drafter = meta.get("deploy", "cascade"), meta.get("drafter")
+    answerer = meta.get("answerer")
+    if kind == "cascade" and answerer is None and drafter in meta.get("adapters", []):
+        answerer = next((a for a in meta["adapters"] if a != drafter), drafter)
+    try:
+        return Deployment(kind, drafter, answerer)
+    except ValueError as err:
+        raise ValueError(f"agon.json does not say how the bundle deploys: {err}") from err
 
 
 def training_system_messages(module: Any) -> str | None:
@@ -124,11 +180,13 @@ def atomic_directory(target: Path, write: Any) -> Path:
 
 
 def save_bundle(
-    module: Any, path: str | Path, drafter: str = ALPHA, state_dict: dict[str, Any] | None = None
+    module: Any, path: str | Path, drafter: str | None = None, state_dict: dict[str, Any] | None = None
 ) -> Path:
-    """Write both adapters and ``agon.json`` to ``path`` atomically.
+    """Write every adapter of the module and ``agon.json`` to ``path`` atomically.
 
     Args:
+        drafter: The adapter that drafts in the bundle's deployment (``None``: the run's deployed policy's;
+            see :func:`bundle_metadata`).
         state_dict: The policy's adapter weights, whole (``None``: read from the policy). Under a
             sharded strategy every rank gathers them first (:func:`agon_lightning.strategies.full_tensors`).
     """
@@ -252,7 +310,7 @@ def load_adapters(
 def bundle_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The parser of a command that loads a bundle: ``--bundle``, ``--base-model`` and ``--dtype``."""
     parser = CommandParser(prog=prog, description=description)
-    parser.add_argument("--bundle", required=True, help="bundle directory (alpha/, beta/, agon.json)")
+    parser.add_argument("--bundle", required=True, help="bundle directory (a folder per adapter, agon.json)")
     parser.add_argument("--base-model", default=None, help="load the base from here instead of agon.json's")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     return parser

@@ -1,15 +1,20 @@
-"""The pair as it deploys: one adapter drafts, the other reads the draft's summary and answers.
+"""The policies as they deploy: the cascade (one adapter drafts, another reads the draft's summary and
+answers), one adapter alone, or the game's own answer graph — as the bundle's ``agon.json`` records.
 
-``Cascade.from_pretrained(bundle).solve(problems)`` runs the two-stage pipeline of the paper
-with plain torch (no Trainer): the base named in ``agon.json``, both adapters, and the
-summarizer, prompts, rollout and verifier the pair was trained with.
+``Cascade.from_pretrained(bundle).solve(problems)`` runs the deployed policy with plain torch (no
+Trainer): the base named in ``agon.json``, every adapter of the run, the summarizer, prompts, rollout
+and verifier they were trained with, and for a graph bundle the game itself, rebuilt from its class
+path and constructor arguments. For a game's answer graph a :class:`Cascade` is the player
+:meth:`~agon_lightning.games.base.Game.answer` is handed: it offers ``sample``, ``read``,
+``tokenizer``, ``prompts`` and ``summarizer``.
 
 It is the validation pipeline, not a re-implementation of it: :meth:`Cascade.solve` runs
-:func:`~agon_lightning.rollout.pipeline.solve_batch`, the calls validation makes, and the adapters are
-attached by the same :func:`~agon_lightning.adapters.policy.attach_adapters` that resumes training from
-a bundle (:func:`~agon_lightning.deploy.bundle.load_adapters`). With greedy decoding a bundle
-therefore reproduces the ``val/cascade_*`` pass@1 logged when it was saved, exactly: on CPU in
-float32 greedy text does not depend on how prompts are batched or padded
+:func:`~agon_lightning.training.deployment.deployed_answers` (for a cascade
+:func:`~agon_lightning.rollout.pipeline.solve_batch`, the calls validation makes), and the adapters
+are attached by the same :func:`~agon_lightning.adapters.policy.attach_adapters` that resumes training
+from a bundle (:func:`~agon_lightning.deploy.bundle.load_adapters`). With greedy decoding a bundle
+therefore reproduces the ``val/cascade_*`` (``val/game``, ``val/ADAPTER``) pass@1 logged when it was
+saved, exactly: on CPU in float32 greedy text does not depend on how prompts are batched or padded
 (``tests/test_cascade.py`` checks both). Kernels that change with the batch shape (bf16 on
 GPUs) can flip a near-tied greedy token; batching like validation narrows that. With ``k > 1``
 the answers are majority-voted (:mod:`agon_lightning.rollout.pipeline`).
@@ -27,16 +32,20 @@ import torch
 from agon_lightning.adapters.policy import sample_with
 from agon_lightning.adapters.snapshots import policies_of
 from agon_lightning.data.files import row_to_problem
-from agon_lightning.deploy.bundle import build_component, load_adapters, read_bundle
+from agon_lightning.deploy.bundle import build_component, bundle_deployment, load_adapters, read_bundle
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.types import Problem, Verdict
+from agon_lightning.games.base import Game
 from agon_lightning.infra.quiet import quiet_dependency_noise
 from agon_lightning.rollout.base import Rollout, RolloutBatch
-from agon_lightning.rollout.pipeline import UNVERIFIABLE, CascadeResult, CascadeSample, solve_batch
+from agon_lightning.rollout.pipeline import UNVERIFIABLE, CascadeResult, CascadeSample, challenge_prompts
 from agon_lightning.summarizers.base import Summarizer
+from agon_lightning.training.deployment import Answer, Deployment, deployed_answers
 from agon_lightning.verifiers.base import Verifier
 
-__all__ = ["BACKENDS", "Cascade", "CascadeResult", "CascadeSample", "as_problems", "rollout_for_backend"]
+__all__ = [
+    "BACKENDS", "Answer", "Cascade", "CascadeResult", "CascadeSample", "as_problems", "rollout_for_backend",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -126,31 +135,62 @@ def as_problems(problems: Sequence[Problem | str | Mapping[str, Any]]) -> list[P
     return items
 
 
+def build_game(spec: dict[str, Any]) -> Game:
+    """The game a graph bundle records (``agon.json``'s ``game``), rebuilt to answer.
+
+    Raises:
+        ImportError: its class cannot be imported here (naming it and what to do).
+        TypeError: its recorded arguments do not build it (naming them).
+    """
+    try:
+        game = build_component(spec)
+    except ImportError as err:
+        raise ImportError(
+            f"the bundle deploys its game's answer graph, but {err}; install the package that defines "
+            "the game, or put its module on the Python path"
+        ) from err
+    except TypeError as err:
+        raise TypeError(
+            f"the bundle's game {spec['class_path']!r} cannot be rebuilt from its recorded arguments "
+            f"{spec.get('init_args', {})}: {err} (a bundle records a game's constructor arguments from the "
+            "same-named attributes it keeps)"
+        ) from err
+    if not isinstance(game, Game):
+        raise TypeError(f"the bundle's game {spec['class_path']!r} is a {type(game).__name__}, not a Game")
+    return game
+
+
 class Cascade:
-    """Both adapters on one base, deployed as the two-stage cascade.
+    """Every adapter of a run on one base, deployed as the run fixed it.
 
     Args:
         policy: A PeftModel holding the adapters.
         tokenizer: Its tokenizer (left padding).
-        drafter: Default drafting adapter.
+        deployment: How the bundle answers: a cascade (its drafter and answerer), one adapter
+            alone, or the game's answer graph.
         rollout: Sampling backend and settings (``max_new_tokens``, ``temperature`` for k > 1).
         verifier: Grades answers of problems that have a gold answer.
         summarizer: What of a draft the answerer reads.
         prompts: Prompt templates of both stages.
         system_messages: How training showed system messages (``agon.json``'s ``system_messages``:
             ``per_row``, ``template`` or ``none``; ``None``: not recorded), for ``agon serve``.
+        game: The game whose answer graph a ``graph`` deployment runs.
+
+    Raises:
+        ValueError: a deployment naming an adapter the policy does not hold, or a graph without its game.
     """
 
     def __init__(
         self,
         policy: Any,
         tokenizer: Any,
-        drafter: str,
+        deployment: Deployment,
         rollout: Rollout,
         verifier: Verifier,
         summarizer: Summarizer,
         prompts: Prompts,
         system_messages: str | None = None,
+        game: Game | None = None,
     ) -> None:
         self.policy = policy
         self.tokenizer = tokenizer
@@ -160,8 +200,22 @@ class Cascade:
         self.summarizer = summarizer
         self.prompts = prompts
         self.system_messages = system_messages
-        self.answerer(drafter)  # validates the name
-        self.drafter = drafter
+        self.game = game
+        if deployment.kind == "graph" and game is None:
+            raise ValueError("a graph deployment answers through its game's answer graph: pass the game")
+        missing = [
+            a for a in (deployment.drafter, deployment.answerer) if a is not None and a not in self.adapters
+        ]
+        if missing:
+            raise ValueError(
+                f"the deployment names {missing}, but the policy holds the adapters {list(self.adapters)}"
+            )
+        self.deployment = deployment
+
+    @property
+    def drafter(self) -> str | None:
+        """The adapter that drafts in the bundle's deployment (alone: the one that answers; ``None``: a graph)."""
+        return self.deployment.drafter
 
     @classmethod
     def from_pretrained(
@@ -175,12 +229,12 @@ class Cascade:
         """Load a bundle written by :func:`~agon_lightning.deploy.bundle.save_bundle`.
 
         Args:
-            path: The bundle directory (``alpha/``, ``beta/``, ``agon.json``).
+            path: The bundle directory (a folder per adapter, ``agon.json``).
             device: Where to run (default: CUDA when available, else CPU).
-            dtype: Base weights dtype (default: the one the pair was trained in).
+            dtype: Base weights dtype (default: the one the adapters were trained in).
             base_model: Load the base from here instead of ``agon.json``'s ``base_model``.
-            backend: Sample with ``hf`` (``transformers.generate``) or ``vllm`` (one engine, both
-                adapters resident), keeping the bundle's sampling settings; ``None``: the
+            backend: Sample with ``hf`` (``transformers.generate``) or ``vllm`` (one engine, every
+                adapter resident), keeping the bundle's sampling settings; ``None``: the
                 bundle's own rollout.
 
         Dependencies' messages no setting reaches (a progress bar where stderr is a file, PEFT's
@@ -188,6 +242,8 @@ class Cascade:
         """
         quiet_dependency_noise()
         meta = read_bundle(path)
+        deployment = bundle_deployment(meta)
+        game = build_game(meta["game"]) if deployment.kind == "graph" else None
         rollout = rollout_for_backend(meta["rollout"], backend)
         policy, tokenizer = load_adapters(path, meta, meta["adapters"], base_model, dtype)
         if not rollout.keeps_own_weights:  # an engine samples on its own device; the PeftModel only feeds it
@@ -195,26 +251,24 @@ class Cascade:
         return cls(
             policy,
             tokenizer,
-            meta["drafter"],
+            deployment,
             rollout,
             build_verifier(meta["verifier"]),
             build_component(meta["summarizer"]),
             Prompts(**meta["prompts"]),
             meta.get("system_messages"),
+            game,
         )
-
-    def answerer(self, drafter: str) -> str:
-        """The adapter that answers after ``drafter``: the other one (itself in a one-adapter bundle)."""
-        if drafter not in self.adapters:
-            raise ValueError(f"drafter must be one of {list(self.adapters)}, got {drafter!r}")
-        others = [a for a in self.adapters if a != drafter]
-        return others[0] if others else drafter
 
     def sample(
         self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False
     ) -> RolloutBatch:
         """Completions with ``adapter`` active (``None``: the base with adapters disabled)."""
         return sample_with(self.policy, self.rollout, self.tokenizer, adapter, prompts, num_samples, greedy)
+
+    def read(self, problems: list[Problem], drafts: RolloutBatch) -> tuple[list[str], list[str]]:
+        """``(summaries, prompts)``: each draft summarised, and the prompt of the adapter that reads it."""
+        return challenge_prompts(self, problems, drafts)
 
     def solve(
         self,
@@ -223,14 +277,19 @@ class Cascade:
         k: int = 1,
         batch_size: int = 8,
         seed: int | None = None,
-    ) -> list[CascadeResult]:
-        """Run the cascade on each problem, ``batch_size`` problems per ``generate`` call.
+    ) -> list[CascadeResult | Answer]:
+        """Answer each problem as the bundle deploys, ``batch_size`` problems per batch.
+
+        A cascade gives :class:`CascadeResult` (draft, summary, final answer), one adapter alone or a
+        game's answer graph :class:`~agon_lightning.training.deployment.Answer`; each has ``final`` (the
+        reported sample, its text in ``final.final``), ``verdict`` and ``to_dict()``.
 
         Args:
             problems: Problems, bare question strings (no gold answer, no verdict), or mappings
                 with ``question`` and optionally ``answer`` and ``metadata`` (see :func:`as_problems`).
-            drafter: Drafting adapter (default: the bundle's).
-            k: Passes per problem; 1 is greedy, more are sampled and majority-voted.
+            drafter: Drafting adapter (default: the bundle's; for a cascade the pair swaps when it is the
+                bundle's answerer; alone, it answers). A graph bundle takes none.
+            k: Passes per problem; 1 is greedy, more are sampled and majority-voted (a graph: 1 only).
             batch_size: Problems per batch. Validation batches by ``val_batch_size``; the same
                 value comes closest to its batching where kernels depend on the batch shape.
             seed: Seed the global torch RNG first (sampling with k > 1).
@@ -239,8 +298,7 @@ class Cascade:
             TypeError: an input that is none of the accepted kinds (names its position).
             ValueError: an empty question (names its position), a bad drafter, k or batch size.
         """
-        drafter = drafter or self.drafter
-        answerer = self.answerer(drafter)
+        deployment = self.deployment if drafter is None else self.deployment.drafting(drafter, self.adapters)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         items = as_problems(problems)
@@ -249,7 +307,7 @@ class Cascade:
                 raise ValueError(f"problem {i} has an empty question")
         if seed is not None:
             torch.manual_seed(seed)
-        results: list[CascadeResult] = []
+        results: list[CascadeResult | Answer] = []
         for start in range(0, len(items), batch_size):
-            results += solve_batch(self, items[start : start + batch_size], drafter, answerer, k)
+            results += deployed_answers(self, items[start : start + batch_size], deployment, self.game, k)
         return results

@@ -2,12 +2,15 @@
 
 * ``--merged-out DIR``: one adapter merged into the base (PEFT's ``merge_and_unload``) and
   saved with the tokenizer as a plain Hugging Face model, for single-model serving. It is
-  *one policy alone* (``val/alpha/pass@1``), not the cascade.
-* ``--lora-out DIR``: both adapters as standard PEFT adapter folders plus ``agon.json``,
+  *one policy alone* (``val/alpha/pass@1``), not the cascade nor a game's answer graph: by
+  default the bundle's drafter (the adapter of a bundle deployed alone); a graph bundle names none,
+  so ``--adapter`` chooses.
+* ``--lora-out DIR``: every adapter of the run as standard PEFT adapter folders plus ``agon.json``,
   the layout a multi-LoRA server loads, e.g. ``vllm serve BASE --enable-lora
   --lora-modules alpha=DIR/alpha beta=DIR/beta``. The cascade is then two requests: the
   drafter's with ``prompts.draft``, the answerer's with ``prompts.challenge`` filled with
-  the draft's summary (the templates are in ``agon.json``).
+  the draft's summary (the templates are in ``agon.json``); a game's answer graph is the game's
+  own sequence of such requests (its class and arguments are in ``agon.json``).
 
 Both outputs are written atomically, and the adapters are checked against the bundle's base
 first (:func:`~agon_lightning.deploy.bundle.check_adapters`).
@@ -54,7 +57,7 @@ def export_merged(
 
 
 def export_lora(bundle: str | Path, out: str | Path) -> Path:
-    """Copy both adapters (standard PEFT folders) and ``agon.json`` to ``out``."""
+    """Copy every adapter (standard PEFT folders) and ``agon.json`` to ``out``."""
     bundle = Path(bundle)
     meta = read_bundle(bundle)
     check_adapters(bundle, meta, meta["adapters"])
@@ -73,7 +76,7 @@ def vllm_rank(rank: int) -> int:
 
 
 def vllm_command(lora_dir: str | Path, base_model: str | None = None) -> str:
-    """The ``vllm serve`` command line that serves both adapters of ``lora_dir`` on their base."""
+    """The ``vllm serve`` command line that serves every adapter of ``lora_dir`` on their base."""
     lora_dir = Path(lora_dir)
     meta = read_bundle(lora_dir)
     configs: dict[str, Any] = {
@@ -101,12 +104,16 @@ def vllm_command(lora_dir: str | Path, base_model: str | None = None) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = bundle_parser(
         "agon export",
-        "Export a bundle: one adapter merged into the base (--merged-out) and/or both "
-        "adapters in a multi-LoRA server layout (--lora-out).",
+        "Export a bundle: one adapter merged into the base (--merged-out) and/or every "
+        "adapter in a multi-LoRA server layout (--lora-out).",
     )
-    parser.add_argument("--adapter", default=None, help="adapter to merge (default: the bundle's drafter)")
+    parser.add_argument(
+        "--adapter",
+        default=None,
+        help="adapter to merge (default: the bundle's drafter; a graph bundle: required)",
+    )
     parser.add_argument("--merged-out", default=None, help="write the merged Hugging Face model here")
-    parser.add_argument("--lora-out", default=None, help="write both PEFT adapters + agon.json here")
+    parser.add_argument("--lora-out", default=None, help="write every PEFT adapter + agon.json here")
     return parser
 
 
@@ -117,7 +124,13 @@ def export_main(argv: list[str] | None = None) -> None:
     if not args.merged_out and not args.lora_out:
         parser.error("give --merged-out DIR, --lora-out DIR, or both")
     if args.merged_out:
-        adapter = args.adapter or read_bundle(args.bundle)["drafter"]
+        meta = read_bundle(args.bundle)
+        adapter = args.adapter or meta["drafter"]
+        if adapter is None:
+            parser.error(
+                f"--merged-out: bundle {args.bundle} deploys its game's answer graph, not one adapter; name the "
+                f"adapter to merge with --adapter (one of {meta['adapters']})"
+            )
         path = export_merged(args.bundle, adapter, args.merged_out, args.base_model, args.dtype)
         print(f"merged {adapter!r} into its base: {path} (loads with AutoModelForCausalLM.from_pretrained)")
     if args.lora_out:

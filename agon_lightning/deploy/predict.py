@@ -1,20 +1,22 @@
-"""``agon predict``: the deployed cascade over a file or a Hub dataset, one JSON line per problem.
+"""``agon predict``: the deployed policy over a file or a Hub dataset, one JSON line per problem.
 
 Two forms share the command. With ``--bundle`` it loads an adapter bundle through
-:class:`~agon_lightning.deploy.cascade.Cascade` (no Trainer) and offers every deployment option::
+:class:`~agon_lightning.deploy.cascade.Cascade` (no Trainer) and answers as the bundle deploys — the
+cascade, one adapter alone, or the game's answer graph — with every deployment option::
 
     agon predict --bundle runs/agon/checkpoints/last --input heldout.jsonl --output out.jsonl \\
         [--drafter beta] [--k 5] [--batch-size 100]
 
 With ``--config`` it is LightningCLI's ``predict`` on a training config:
-``AgonModule.predict_step`` runs the greedy cascade (``alpha`` drafts) over the data module's
+``AgonModule.predict_step`` runs the greedy deployed policy over the data module's
 held-out problems and :class:`JsonlPredictionWriter` writes them::
 
     agon predict --config configs/agon.yaml --model.lora.init_from=BUNDLE \\
         --trainer.callbacks+=agon_lightning.deploy.predict.JsonlPredictionWriter \\
         --trainer.callbacks.output=out.jsonl
 
-Output line i describes input row i: the cascade's record, or ``{"error": "FILE:LINE: …"}``
+Output line i describes input row i: the deployed policy's record (a cascade's draft, summary and
+final answer; one adapter's or a game's final answer), or ``{"error": "FILE:LINE: …"}``
 for a row that could not be read (the other rows are still solved; the exit status is 1).
 """
 
@@ -121,7 +123,7 @@ def predict_file(
     seed: int | None = 0,
     backend: str | None = None,
 ) -> PredictSummary:
-    """Run a bundle's cascade over every problem of ``source`` and write JSON lines to ``output``.
+    """Run a bundle's deployed policy over every problem of ``source`` and write JSON lines to ``output``.
 
     Problems are batched ``batch_size`` at a time in input order (bad rows are skipped, not
     counted), so a held-out file in validation order with ``batch_size = val_batch_size``
@@ -134,7 +136,8 @@ def predict_file(
     cascade = Cascade.from_pretrained(
         bundle, device=device, dtype=dtype, base_model=base_model, backend=backend
     )
-    cascade.answerer(drafter or cascade.drafter)  # a bad drafter fails before any work
+    if drafter is not None:
+        cascade.deployment.drafting(drafter, cascade.adapters)  # a bad drafter fails before any work
     if seed is not None:
         torch.manual_seed(seed)
     summary = PredictSummary()
@@ -195,14 +198,19 @@ class JsonlPredictionWriter(BasePredictionWriter):
 def build_parser() -> argparse.ArgumentParser:
     parser = bundle_parser(
         "agon predict",
-        "Run a bundle's two-stage cascade over a problem file or Hub dataset; write JSON lines. "
+        "Run a bundle's deployed policy (its cascade, one adapter, or its game's answer graph) over a problem "
+        "file or Hub dataset; write JSON lines. "
         "(`agon predict --config CONFIG ...` runs LightningCLI's predict instead.)",
     )
     parser.add_argument(
         "--input", required=True, help=".jsonl/.json/.parquet file, a folder of them, or a Hub id"
     )
     parser.add_argument("--output", required=True, help="JSONL to write, one line per input row")
-    parser.add_argument("--drafter", default=None, help="adapter that drafts (default: the bundle's)")
+    parser.add_argument(
+        "--drafter",
+        default=None,
+        help="adapter that drafts, or answers alone (default: the bundle's; a graph: none)",
+    )
     parser.add_argument(
         "--k", type=int, default=1, help="passes per problem: 1 = greedy, >1 = sampled + majority vote"
     )
@@ -228,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         default=None,
         choices=sorted(BACKENDS),
-        help="sample with transformers' generate (hf) or one vLLM engine holding both adapters (vllm), "
+        help="sample with transformers' generate (hf) or one vLLM engine holding every adapter (vllm), "
         "with the bundle's sampling settings (default: the bundle's own rollout)",
     )
     return parser

@@ -1,4 +1,4 @@
-"""``agon serve``: a bundle's cascade behind an OpenAI-compatible HTTP endpoint.
+"""``agon serve``: a bundle's deployed policy behind an OpenAI-compatible HTTP endpoint.
 
 ::
 
@@ -6,9 +6,12 @@
 
 ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``GET /v1/models`` speak the OpenAI
 API, so evaluation harnesses, chat front ends and the ``openai`` client work unchanged; ``model``
-picks ``cascade_ab``, ``cascade_ba``, ``alpha``, ``beta`` or ``base`` (default: the bundle's
-cascade). Each choice carries the draft and its summary in an ``agon`` field, and ``usage``
-counts both stages (``usage.stages.draft`` / ``usage.stages.final``). What of a request the model
+picks a cascade (``cascade_ab``, ``cascade_ba``, …), the game's answer graph (``game``, in a bundle of
+a game that deploys as one), an adapter alone (``alpha``, …) or ``base`` (default: the bundle's
+deployed policy). Each choice of a cascade carries the draft and its summary in an ``agon`` field, and
+``usage`` counts both stages (``usage.stages.draft`` / ``usage.stages.final``; for ``game``, the final
+stage of its graph). The game's answer graph decodes greedily, one completion per question: ``n`` must
+be 1, and a temperature asked for is named in ``warnings``. What of a request the model
 was not shown as asked (a system message the bundle's training never showed, earlier turns) is
 named in the response's ``warnings``.
 
@@ -71,7 +74,7 @@ log = logging.getLogger(__name__)
 
 
 class Server:
-    """The served cascade: its models, limits and queue (one per app).
+    """The served bundle: its models, limits and queue (one per app).
 
     Args:
         cascade: The loaded bundle.
@@ -113,6 +116,12 @@ class Server:
             )  # fmt: skip
         if req.n > self.max_n:
             raise APIError(400, f"n must be <= {self.max_n} (agon serve --max-n), got {req.n}", param="n")
+        graph = self.models[name].graph is not None
+        if graph and req.n != 1:
+            raise APIError(
+                400, f"n must be 1 for the model {name!r} (the game's answer graph gives one greedy completion per "
+                f"question), got {req.n}", param="n",
+            )  # fmt: skip
         budget = req.budget or self.cascade.rollout.max_new_tokens
         if self.max_tokens is not None and budget > self.max_tokens:
             raise APIError(
@@ -129,7 +138,7 @@ class Server:
         rollout = self.cascade.rollout
         temperature = rollout.temperature if req.temperature is None else req.temperature
         top_k = rollout.top_k if req.top_k is None else max(req.top_k, 0)
-        if temperature == 0:  # greedy: one key for every greedy request, whatever else it says
+        if temperature == 0 or graph:  # greedy: one key for every greedy request, whatever else it says
             sampling = Sampling(True, rollout.temperature, 1.0, 0, budget)
         else:
             sampling = Sampling(
@@ -141,6 +150,11 @@ class Server:
             if isinstance(req, ChatRequest)
             else (None, [])
         )
+        if graph and req.temperature not in (None, 0):
+            warnings.append(
+                f"temperature={req.temperature} was not applied: the model {name!r} (the game's answer graph) decodes "
+                "greedily"
+            )
         return Job(
             self.models[name], questions, req.n, sampling, req.seed, list(req.stop or []), system, warnings
         )
@@ -149,7 +163,7 @@ class Server:
         data = [
             {"id": m.name, "object": "model", "created": self.created, "owned_by": "agon",
              "agon": {"drafter": m.drafter, "answerer": m.answerer, "default": m.name == self.default,
-                      "description": m.describe()}}
+                      "description": m.describe(), **({"game": m.graph} if m.graph else {})}}
             for m in self.models.values()
         ]  # fmt: skip
         return {"object": "list", "data": data}
@@ -278,11 +292,11 @@ def uvicorn_server(config: Any) -> Any:
 
 def build_parser() -> Any:
     parser = bundle_parser(
-        "agon serve", "Serve a bundle's cascade behind an OpenAI-compatible HTTP endpoint."
+        "agon serve", "Serve a bundle's deployed policy behind an OpenAI-compatible HTTP endpoint."
     )
     parser.add_argument(
         "--backend", default=None, choices=sorted(BACKENDS),
-        help="sample with transformers (hf) or one vLLM engine holding both adapters (vllm); default: the bundle's",
+        help="sample with transformers (hf) or one vLLM engine holding every adapter (vllm); default: the bundle's",
     )  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument(

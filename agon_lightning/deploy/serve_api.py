@@ -60,7 +60,9 @@ class SamplingRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str | None = Field(None, description="a name from /v1/models; default: the bundle's cascade")
+    model: str | None = Field(
+        None, description="a name from /v1/models; default: the bundle's deployed policy"
+    )
     n: int = Field(1, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)

@@ -1,7 +1,10 @@
 """What ``agon serve`` runs for a batch of requests: the served models, the sampling, both stages.
 
-A served *model* is a way through the bundle: ``cascade_ab`` (``alpha`` drafts, ``beta``
-answers after reading the draft's summary), ``cascade_ba``, one adapter alone, or the base.
+A served *model* is a way through the bundle: for a cascade bundle every ordered pair of its
+adapters (``cascade_ab``: ``alpha`` drafts, ``beta`` answers after reading the draft's summary;
+``cascade_ba``; ``cascade_<drafter>_<answerer>`` for other names); for a graph bundle ``game``, the
+game's own answer graph (greedy, one completion per question, its final text in one piece); and in
+every bundle each adapter alone and the base. The bundle's deployed policy is the default.
 :class:`CascadeRunner` runs a batch of requests (each a :class:`Job`, whole or a :class:`Part` of
 its rows) that share a model and sampling settings through the deployment code — the bundle's
 :class:`~agon_lightning.deploy.cascade.Cascade` (its prompts, summarizer and rollout) and
@@ -35,31 +38,42 @@ from agon_lightning.game.types import Problem
 from agon_lightning.rollout.base import Rollout, RolloutBatch, stop_token_ids
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.pipeline import challenge_prompts
-from agon_lightning.training.validation import cascade_pairs
+from agon_lightning.training.deployment import graph_answer
+from agon_lightning.training.validation import GAME, cascade_key, cascade_pairs
 
 
 @dataclass(frozen=True)
 class ServedModel:
     """One name of ``/v1/models``: the adapter that drafts (``None``: one stage) and the one that answers
-    (``None``: the base with adapters off)."""
+    (``None``: the base with adapters off), or the game (``graph``: its name) whose answer graph answers."""
 
     name: str
     drafter: str | None
     answerer: str | None
+    graph: str | None = None
 
     def describe(self) -> str:
+        if self.graph is not None:
+            return f"{self.graph}'s answer graph (greedy, one completion per question)"
         if self.drafter is None:
             return f"{self.answerer or 'the base'} alone"
         return f"{self.drafter} drafts, {self.answerer} answers after reading its summary"
 
 
 def served_models(cascade: Cascade) -> tuple[dict[str, ServedModel], str]:
-    """``({name: model}, default name)``: both cascades, each adapter, the base; the bundle's cascade first."""
-    cascades = [ServedModel(key, d, a) for key, d, a in cascade_pairs(cascade.adapters, "agon")]
-    default = next(m.name for m in cascades if m.drafter == cascade.drafter)
-    models = sorted(cascades, key=lambda m: m.name != default)
-    models += [ServedModel(a, None, a) for a in cascade.adapters] + [ServedModel(BASE, None, None)]
-    return {m.name: m for m in models}, default
+    """``({name: model}, default name)``: the bundle's deployed policy first, then for a cascade bundle every
+    other cascade, each adapter alone and the base."""
+    d = cascade.deployment
+    models = [ServedModel(k, dr, an) for k, dr, an in cascade_pairs(cascade.adapters, d.kind)]
+    if d.kind == "graph":
+        deployed = ServedModel(GAME, None, None, cascade.game.name)
+    elif d.kind == "cascade":
+        deployed = ServedModel(cascade_key(d.drafter, d.answerer), d.drafter, d.answerer)
+    else:
+        deployed = ServedModel(d.drafter, None, d.drafter)
+    models = [deployed, *(m for m in models if m.name != deployed.name)]
+    models += [ServedModel(a, None, a) for a in cascade.adapters if a != deployed.name]
+    return {m.name: m for m in [*models, ServedModel(BASE, None, None)]}, deployed.name
 
 
 @dataclass(frozen=True)
@@ -288,7 +302,7 @@ class CascadeRunner:
                 for row, (job, index) in enumerate(owners):
                     if job.emit is not None:
                         job.emit(index, self._choice(None, row, draft, summaries, "", False))
-            final = self._final(model.answerer, prompts, sampling.greedy, owners, first)
+            final = self._final(model, prompts, problems, sampling.greedy, owners, first)
         finals = [cut_at_stop(t, job.stops) for t, (job, _) in zip(final.texts, owners)]
         choices = [self._choice(final, row, draft, summaries, *finals[row]) for row in range(len(owners))]
         # The prompt of each question counts once, however many samples it has (OpenAI's usage).
@@ -302,26 +316,37 @@ class CascadeRunner:
         return results
 
     def _final(
-        self, adapter: str | None, prompts: list[str], greedy: bool, owners: list[tuple[Job, int]], first: Job
+        self,
+        model: ServedModel,
+        prompts: list[str],
+        problems: list[Problem],
+        greedy: bool,
+        owners: list[tuple[Job, int]],
+        first: Job,
     ) -> RolloutBatch:
-        """The answering stage; streamed token by token for streamed jobs on the HF backend."""
+        """The answering stage (a game's whole answer graph); streamed token by token for streamed jobs on the
+        HF backend, else each final text in one piece."""
         c = self.cascade
-        if first.emit is None:
-            return c.sample(adapter, prompts, 1, greedy)
-        eos = stop_token_ids(c.policy, c.tokenizer)
-        rows = [
-            TextDeltas(c.tokenizer, eos, job.stops, lambda text, job=job, index=index: job.emit(index, text))
-            for job, index in owners
-        ]
-        if not isinstance(c.rollout, HFRollout):
-            final = c.sample(adapter, prompts, 1, greedy)
-            for row, text in zip(rows, final.texts):
-                row.emit(cut_at_stop(text, row.stops)[0])
+        if first.emit is not None and model.graph is None and isinstance(c.rollout, HFRollout):
+            eos = stop_token_ids(c.policy, c.tokenizer)
+            rows = [
+                TextDeltas(
+                    c.tokenizer, eos, job.stops, lambda text, job=job, index=index: job.emit(index, text)
+                )
+                for job, index in owners
+            ]
+            rollout = StreamingHFRollout(c.rollout, lambda row, token: rows[row].add(token))
+            final = sample_with(c.policy, rollout, c.tokenizer, model.answerer, prompts, 1, greedy)
+            for row in rows:
+                row.finish()
             return final
-        rollout = StreamingHFRollout(c.rollout, lambda row, token: rows[row].add(token))
-        final = sample_with(c.policy, rollout, c.tokenizer, adapter, prompts, 1, greedy)
-        for row in rows:
-            row.finish()
+        if model.graph is not None:
+            final = graph_answer(c.game, c, problems)
+        else:
+            final = c.sample(model.answerer, prompts, 1, greedy)
+        if first.emit is not None:
+            for (job, index), text in zip(owners, final.texts):
+                job.emit(index, cut_at_stop(text, job.stops)[0])
         return final
 
     @staticmethod

@@ -57,10 +57,16 @@ def usage(job: Job, result: Result) -> dict[str, Any]:
 
 
 def agon_field(job: Job, choice: Choice) -> dict[str, Any]:
-    """The ``agon`` extension of a choice: who drafted and answered, the draft and the summary read."""
-    return {
-        "drafter": job.model.drafter, "answerer": job.model.answerer or BASE, "draft": choice.draft,
-        "summary": choice.summary, "draft_tokens": choice.draft_tokens, "draft_truncated": choice.draft_truncated,
+    """The ``agon`` extension of a choice: who drafted and answered (or the game whose answer graph
+    answered), the draft and the summary read."""
+    m = job.model
+    if m.graph is not None:
+        who = {"game": m.graph, "drafter": None, "answerer": None}
+    else:
+        who = {"drafter": m.drafter, "answerer": m.answerer or BASE}
+    return who | {
+        "draft": choice.draft, "summary": choice.summary, "draft_tokens": choice.draft_tokens,
+        "draft_truncated": choice.draft_truncated,
     }  # fmt: skip
 
 

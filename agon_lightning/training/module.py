@@ -16,7 +16,6 @@ import lightning as L
 import torch
 from jsonargparse import lazy_instance
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_warn
 
 from agon_lightning.adapters.policy import (
     LoraOptions,
@@ -25,9 +24,7 @@ from agon_lightning.adapters.policy import (
     enable_checkpointing,
     load_base,
     logit_head,
-    resolve_model_path,
 )
-from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward, Reward
 from agon_lightning.game.types import Problem
@@ -36,15 +33,16 @@ from agon_lightning.games.base import Game
 from agon_lightning.games.records import StepRecord
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.rollout.hf import HFRollout
-from agon_lightning.rollout.pipeline import solve_batch
 from agon_lightning.strategies import check_strategy
 from agon_lightning.summarizers.base import Summarizer
 from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.training.checkpoint_state import adapter_state_keys, load_state, save_state
+from agon_lightning.training.data_checks import check_problems
+from agon_lightning.training.deployment import deployed_answers
 from agon_lightning.training.features import Feature, KLAnchors, League, build_features
 from agon_lightning.training.optimize import optimize
 from agon_lightning.training.options import GRPOOptions
-from agon_lightning.training.player import Playing
+from agon_lightning.training.player import Playing, check_paid
 from agon_lightning.training.step_metrics import sparse_metrics, step_metrics
 from agon_lightning.training.validation import CascadeEvaluator
 from agon_lightning.verifiers.base import Verifier
@@ -137,12 +135,7 @@ class AgonModule(Playing, L.LightningModule):
             raise ValueError(f"max_grad_norm must be > 0 or null, got {max_grad_norm}")
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
-        if getattr(verifier, "graded", False) and not getattr(reward, "pays_graded", False):
-            raise ValueError(
-                f"the verifier ({type(verifier).__name__}) grades with several reward functions or weights, "
-                f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
-                "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
-            )
+        check_paid(verifier, reward)
         self.features = build_features(self.game, kl, league, rollout, grpo, features)
         """The run's features (public), in hook order; each was checked against the game."""
         self.save_hyperparameters(
@@ -184,7 +177,7 @@ class AgonModule(Playing, L.LightningModule):
         """What the last training step played (public; the callbacks' source); ``None`` before one."""
         self.evaluator = CascadeEvaluator(
             self.adapter_names, self.game.spec.deploy, moa=evaluate_moa, self_cascade=evaluate_self_cascade,
-            deployed=deployed,
+            deployed=deployed, game=self.game,
         )  # fmt: skip
         """The held-out evaluator (public): its ``history`` and ``last_outcomes`` feed the report callbacks."""
 
@@ -218,27 +211,11 @@ class AgonModule(Playing, L.LightningModule):
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
         self.features.call("setup", self)
-        self._check_problems(stage)
+        check_problems(self, stage)
         # DeepSpeed clips inside its engine (Lightning's clip_gradients is a no-op there).
         config = getattr(getattr(self.trainer, "strategy", None), "config", None)
         if isinstance(config, dict) and self.max_grad_norm is not None:
             config.setdefault("gradient_clipping", self.max_grad_norm)
-
-    def _check_problems(self, stage: str) -> None:
-        """The start-time checks on the data to be read, before the model loads: prompts that leave no room
-        for the completion (dropped or refused, ``data.too_long``), then the verifier's (a reward function's
-        column missing, say)."""
-        data = getattr(self.trainer, "datamodule", None)
-        if not isinstance(data, ProblemDataModule):
-            return
-        data.fit_prompts(
-            stage, resolve_model_path(self.model_name_or_path), self.prompts.draft_prompt, self.rollout.max_new_tokens,
-            getattr(self.rollout, "max_model_len", None),
-        )  # fmt: skip
-        if stage == "fit":
-            self.verifier.check_problems(data.train_problems, "the training problems")
-        if stage in ("fit", "validate", "test"):
-            self.verifier.check_problems(data.val_problems, "the held-out problems")
 
     def configure_optimizers(self) -> Any:
         self._bind_adapters()  # runs after the strategy has sharded the model
@@ -260,10 +237,10 @@ class AgonModule(Playing, L.LightningModule):
         """μ optimizer steps on the step's rollouts (see :func:`~agon_lightning.training.optimize.optimize`).
 
         A backward whose loss or gradient is not finite reaches no adapter: the step is skipped
-        (see :meth:`_skip`). ``record.roles`` carry their advantages already.
+        (:func:`~agon_lightning.training.optimize.skip_step`). ``record.roles`` carry their advantages already.
         """
         self.features.call("before_update", self, record)
-        stats, updated = optimize(self, record.roles, self._skip)
+        stats, updated = optimize(self, record.roles)
         if updated:
             self.skips_in_a_row = 0
             self.policy_version += 1
@@ -273,23 +250,6 @@ class AgonModule(Playing, L.LightningModule):
     def dropped_samples(self) -> int:
         """Drafts sampled ahead but dropped, too stale or for other problems (saved in checkpoints)."""
         return int(self.features.state_dict().get("dropped_samples", 0))
-
-    def _skip(self, bad: list[str]) -> None:
-        """Drop this step's update; stop after ``max_consecutive_skips`` in a row."""
-        self.skipped_steps += 1
-        self.skips_in_a_row += 1
-        message = (
-            f"step {self.agon_step}: non-finite loss or gradient in the {', '.join(bad)}; the update was "
-            f"skipped ({self.skips_in_a_row} in a row, {self.skipped_steps} in all)"
-        )
-        if self.skips_in_a_row >= self.max_consecutive_skips:
-            raise FloatingPointError(
-                f"{message}. Training stopped after {self.skips_in_a_row} skipped steps in a row "
-                f"(model.max_consecutive_skips={self.max_consecutive_skips}). The adapters, and every "
-                "checkpoint written, hold the last good step. Lower the learning rate, check the rewards the "
-                "verifier and reward component return, or resume from the last checkpoint."
-            )
-        rank_zero_warn(message)
 
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
         t0 = time.perf_counter()
@@ -357,14 +317,9 @@ class AgonModule(Playing, L.LightningModule):
 
     # ------------------------------------------------------------------ prediction
     def predict_step(self, batch: list[Problem], batch_idx: int) -> list[dict[str, Any]]:
-        """The greedy deployed policy on each problem, as JSON-ready records.
-
-        The deployed policy is the one fixed before training (``deployed``; by default alpha drafts and
-        beta answers); a single deployed adapter drafts and the other one answers, as in its bundle.
-        The same pipeline as ``agon predict --bundle`` (:func:`agon_lightning.rollout.pipeline.solve_batch`).
-        """
-        drafter, answerer = self.evaluator.deployed_drafter, self.evaluator.deployed_answerer
-        return [r.to_dict() for r in solve_batch(self, batch, drafter, answerer)]
+        """The greedy deployed policy on each problem, as JSON-ready records: the same answers as the
+        bundle's (:func:`~agon_lightning.training.deployment.deployed_answers`), fixed before training (``deployed``)."""
+        return [r.to_dict() for r in deployed_answers(self, batch, self.evaluator.deployment, self.game)]
 
     # ------------------------------------------------------------------ checkpoints
     def adapter_state_keys(self, keys: Any) -> dict[str, list[str]]:

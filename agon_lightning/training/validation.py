@@ -1,22 +1,25 @@
-"""Held-out evaluation of the pair as it deploys: each policy alone, the base, the cascades — and
-what the paper leaves open: how the two adapters' errors overlap, what the cascade converts and
-breaks, and what the whole cascade costs.
+"""Held-out evaluation of the policies as they deploy: each adapter alone, the base, the cascades, the
+game's answer graph — and what the paper leaves open: how two adapters' errors overlap, what the
+cascade converts and breaks, and what the whole cascade costs.
 
-Greedy decoding, one sample per problem: pass@1. A cascade ``cascade_ab`` is the deployed
-pipeline — ``alpha`` drafts from the plain prompt, ``beta`` reads the draft's summary and
-gives the final answer; ``cascade_ba`` swaps them, ``cascade_aa`` (one adapter: self-play, or
-GRPO with ``self_cascade``) reads its own draft. ``moa`` (on request) is the same pipeline with
-the untrained base in both stages: a Mixture-of-Agents pass. ``length`` is always the
-completion tokens of the stage that gave the answer; the deployed key (:attr:`deployed_key`)
-is fixed before training, never chosen by the scores.
+Greedy decoding, one sample per problem: pass@1. Every adapter is scored alone under its own name
+(``val/alpha/…``, ``val/judge/…``). A game that deploys as a cascade (``GameSpec.deploy``) is also
+scored as every ordered pair of its adapters: ``cascade_ab`` — ``alpha`` drafts from the plain
+prompt, ``beta`` reads the draft's summary and gives the final answer; ``cascade_ba`` swaps them,
+``cascade_aa`` (one adapter: self-play, or GRPO with ``self_cascade``) reads its own draft, and
+adapters of other names make ``cascade_<drafter>_<answerer>``. A game that deploys as a graph is
+scored as ``game``: its own :meth:`~agon_lightning.games.base.Game.answer`, one final completion per
+problem. ``moa`` (on request) is the cascade with the untrained base in both stages: a
+Mixture-of-Agents pass. ``length`` is always the completion tokens of the stage that gave the
+answer; the deployed key (:attr:`deployed_key`) is fixed before training, never chosen by the scores.
 
 Per key and evaluation (``val/[SPLIT/]KEY/…``):
 
 - ``pass@1``, ``length`` (mean), ``length/p50`` and ``length/p90``, ``cap_hit`` (the fraction of
   completions that reached ``max_new_tokens`` without stopping); ``cost/total_tokens`` (every
-  token sampled for the answer: draft + challenger for a cascade) and ``cost/wall_s`` (seconds
-  per problem: the batch's generation and summarising time for this key alone, over its
-  problems; grading is not counted);
+  token sampled for the answer: draft + challenger for a cascade, every stage of the game's graph,
+  as a mean over the batch's problems) and ``cost/wall_s`` (seconds per problem: the batch's
+  generation and summarising time for this key alone, over its problems; grading is not counted);
 - cascades also: ``cost/draft_tokens``, ``cost/challenger_prompt_tokens`` (the second stage's
   prefill), ``cost/challenger_tokens``; the drafter's ``draft/length/p50``, ``draft/length/p90``
   and ``draft/cap_hit`` (the length stats above are the answering challenger's: length is
@@ -24,9 +27,9 @@ Per key and evaluation (``val/[SPLIT/]KEY/…``):
   problems whose draft was wrong and final right, or right and final wrong, so pass@1 of the
   cascade = the drafter's + conversions − regressions) and ``conversion_rate`` /
   ``regression_rate`` (the same over wrong, resp. right drafts);
-- with two adapters, ``val/[SPLIT/]overlap/jaccard`` (|W_α ∩ W_β| / |W_α ∪ W_β| of the two wrong
-  sets) and ``…/overlap/beta_wrong_given_alpha_wrong``. A ratio with an empty denominator is
-  left out, not logged as 0.
+- with exactly two adapters, ``val/[SPLIT/]overlap/jaccard`` (|W_α ∩ W_β| / |W_α ∪ W_β| of the two
+  wrong sets) and ``…/overlap/beta_wrong_given_alpha_wrong`` (the second adapter's errors given the
+  first's, whatever their names). A ratio with an empty denominator is left out, not logged as 0.
 
 A held-out problem may name a *split* in its metadata (``metadata["split"] = "hard"``): its
 results are reported apart, as ``val/hard/KEY/…``. Every problem's outcome under every policy of
@@ -45,11 +48,16 @@ from torchmetrics import CatMetric, MeanMetric
 
 from agon_lightning.game.names import ALPHA, BASE, BETA
 from agon_lightning.game.types import SPLIT, Problem  # SPLIT: also read from here
+from agon_lightning.games.base import Game
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.rollout.pipeline import MixedPlayer, challenge_prompts
+from agon_lightning.training.deployment import Deployment, graph_answer
 
 ADAPTER_KEY = {ALPHA: "a", BETA: "b"}
+GAME = "game"  # the key of a graph game's own answer
 OVERLAP = "overlap"
+DEPLOYED = "deployed"
+MOA = "moa"
 POLICY_STATS = ("pass@1", "length", "cost/total_tokens", "cost/wall_s", "cap_hit")
 STAGE_TOKENS = ("cost/draft_tokens", "cost/challenger_prompt_tokens", "cost/challenger_tokens")
 CASCADE_STATS = (*POLICY_STATS, *STAGE_TOKENS, "draft/cap_hit", "conversions", "regressions", "_draft_wrong")
@@ -82,7 +90,9 @@ def cascade_pairs(
     ``self_cascade``). ``self_cascade`` with two adapters adds each one's self-cascade.
     """
     pairs = (
-        [(d, c) for d in adapters for c in adapters if d != c or len(adapters) == 1] if deploy == "cascade" else []
+        [(d, c) for d in adapters for c in adapters if d != c or len(adapters) == 1]
+        if deploy == "cascade"
+        else []
     )
     if self_cascade:
         pairs += [(d, d) for d in adapters if (d, d) not in pairs]
@@ -116,6 +126,25 @@ def base_is_frozen(module: nn.Module) -> bool:
     return not any(p.requires_grad for name, p in module.named_parameters() if "lora_" not in name)
 
 
+class SampledTokens:
+    """A player that passes every call on to ``player`` and counts the completion tokens ``sample`` draws:
+    what a game's answer graph costs, whatever its stages."""
+
+    def __init__(self, player: Any) -> None:
+        self.player = player
+        self.tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.player, name)
+
+    def sample(
+        self, adapter: str | None, prompts: list[str], num_samples: int, greedy: bool = False
+    ) -> RolloutBatch:
+        batch = self.player.sample(adapter, prompts, num_samples, greedy)
+        self.tokens += int(batch.lengths.sum())
+        return batch
+
+
 class CascadeEvaluator(nn.Module):
     """Accumulates every key's stats with torchmetrics, and keeps each problem's outcome.
 
@@ -123,12 +152,19 @@ class CascadeEvaluator(nn.Module):
     reduced across ranks by torchmetrics.
 
     Args:
-        adapters: The run's adapters.
-        deploy: The game's deployment (``GameSpec.deploy``): ``cascade`` evaluates the cascades too.
+        adapters: The run's adapters, any number, any names (each is a key).
+        deploy: The game's deployment (``GameSpec.deploy``): ``cascade`` evaluates every ordered pair of
+            adapters as a cascade too; ``graph`` evaluates the game's answer graph (key ``game``).
         moa: Also evaluate ``moa`` (the base drafts, the base answers after reading).
         self_cascade: Also evaluate each adapter's self-cascade (``cascade_aa``).
-        deployed: The key reported as ``deployed``; ``None``: the first trained cascade
-            (``cascade_ab``, ``cascade_aa`` for self-play), the adapter alone for GRPO.
+        deployed: The key reported as ``deployed``; ``None``: ``game`` for a graph, the first trained
+            cascade (``cascade_ab``, ``cascade_aa`` for self-play) for a cascade, else the first adapter alone.
+        game: The game, whose :meth:`~agon_lightning.games.base.Game.answer` a graph deployment runs.
+
+    Raises:
+        ValueError: a graph deployment without its game; an adapter named like a key of the
+            evaluator (``game``, ``overlap``, ``deployed``, ``moa``, or a cascade's); a ``deployed`` key
+            the run does not train.
     """
 
     def __init__(
@@ -138,33 +174,51 @@ class CascadeEvaluator(nn.Module):
         moa: bool = False,
         self_cascade: bool = False,
         deployed: str | None = None,
+        game: Game | None = None,
     ) -> None:
         super().__init__()
+        if deploy == "graph" and game is None:
+            raise ValueError(
+                "deploy='graph' scores the game's own answer graph (key 'game'): pass the game (game=)"
+            )
         self.adapters = adapters
+        self.deploy = deploy
+        self.game = game
         self.cascades = cascade_pairs(adapters, deploy, self_cascade)
         if moa:  # the base drafts, the base answers after reading the summary
-            self.cascades.append(("moa", BASE, BASE))
-        self.keys = [BASE, *adapters, *(key for key, _, _ in self.cascades)]
+            self.cascades.append((MOA, BASE, BASE))
+        answers = [BASE, *adapters, *([GAME] if deploy == "graph" else [])]  # one stage gives the answer
+        self.keys = [*answers, *(key for key, _, _ in self.cascades)]
+        self._one_stage = answers
+        clash = sorted(set(adapters) & {GAME, OVERLAP, DEPLOYED, MOA})
+        if clash or len(set(self.keys)) != len(self.keys):
+            raise ValueError(
+                f"the adapters {list(adapters)} name two of the evaluator's keys alike ({self.keys}; reserved: "
+                f"{[GAME, OVERLAP, DEPLOYED, MOA]}): rename them in the game's GameSpec.policies"
+            )
         if deployed is None:
             trained = [key for key, drafter, _ in self.cascades if drafter != BASE]
-            deployed = adapters[0] if deploy != "cascade" or not trained else trained[0]
+            deployed = (
+                GAME if deploy == "graph" else trained[0] if deploy == "cascade" and trained else adapters[0]
+            )
         if deployed not in self.keys or deployed == BASE:
             raise ValueError(f"deployed={deployed!r} is not a trained policy of this run; expected one of "
-                             f"{[k for k in self.keys if k not in (BASE, 'moa')]}")  # fmt: skip
+                             f"{[k for k in self.keys if k not in (BASE, MOA)]}")  # fmt: skip
         self.deployed_key = deployed
         """The key of the policy a bundle deploys (public)."""
-        self.stats = {key: POLICY_STATS for key in [BASE, *adapters]}
+        self.stats = {key: POLICY_STATS for key in answers}
         self.stats.update({key: CASCADE_STATS for key, _, _ in self.cascades})
         if len(adapters) == 2:
             self.stats[OVERLAP] = OVERLAP_STATS
-        self.metrics = nn.ModuleDict(
-            {f"{key}__{stat}": MeanMetric() for key, stats in self.stats.items() for stat in stats}
-        )
+        # Metric name -> (split, key, stat): adapter names may hold the "__" that joins them.
+        self._where = {
+            f"{key}__{stat}": ("", key, stat) for key, stats in self.stats.items() for stat in stats
+        }
+        self.metrics = nn.ModuleDict({name: MeanMetric() for name in self._where})
         # Every value of the QUANTILED stats, gathered across ranks at compute (one per problem).
         self.samples = nn.ModuleDict(
-            {f"{key}__{stat}": CatMetric() for key, stats in self.stats.items() for stat in stats
-             if stat in QUANTILED}
-        )  # fmt: skip
+            {name: CatMetric() for name, (_, _, stat) in self._where.items() if stat in QUANTILED}
+        )
         self.history: list[tuple[int, dict[str, float]]] = []
         """``(step, {metric: value})`` per finished evaluation, oldest first (public)."""
         self.last_outputs: list[dict[str, Any]] = []
@@ -178,17 +232,29 @@ class CascadeEvaluator(nn.Module):
         self._frozen: dict[tuple[str, ...], dict[str, tuple[RolloutBatch, float]]] = {}
 
     @property
-    def deployed_drafter(self) -> str:
-        """The adapter that drafts in the deployed policy (the adapter itself for a single policy)."""
-        return next((d for key, d, _ in self.cascades if key == self.deployed_key), self.deployed_key)
+    def deployment(self) -> Deployment:
+        """How the deployed policy answers (what a bundle records): the game's graph for ``game``, a
+        cascade's pair, or an adapter — alone, or for a cascade game drafting for the other adapter
+        (itself when the run has one), as a bundle pairs them."""
+        key = self.deployed_key
+        if key == GAME:
+            return Deployment("graph")
+        pair = next(((d, a) for k, d, a in self.cascades if k == key), None)
+        if pair is not None:
+            return Deployment("cascade", *pair)
+        if self.deploy == "cascade":
+            return Deployment("cascade", key, next((a for a in self.adapters if a != key), key))
+        return Deployment("single", key, key)
 
     @property
-    def deployed_answerer(self) -> str:
-        """The adapter that answers in the deployed policy: the cascade's second stage, or for a single
-        policy the other adapter (itself when the run has one), as a bundle's cascade pairs them."""
-        cascade = next((a for key, _, a in self.cascades if key == self.deployed_key), None)
-        drafter = self.deployed_drafter
-        return cascade or next((a for a in self.adapters if a != drafter), drafter)
+    def deployed_drafter(self) -> str | None:
+        """The adapter that drafts in the deployed policy (the adapter itself alone; ``None``: a game's graph)."""
+        return self.deployment.drafter
+
+    @property
+    def deployed_answerer(self) -> str | None:
+        """The adapter whose completion answers in the deployed policy (``None``: a game's graph)."""
+        return self.deployment.answerer
 
     def _metric(self, split: str, key: str, stat: str, metrics: nn.ModuleDict | None = None) -> nn.Module:
         """The metric of ``key``'s ``stat`` on ``split`` in ``metrics`` (the means by default), created
@@ -198,6 +264,7 @@ class CascadeEvaluator(nn.Module):
         if name not in metrics:
             template = metrics[f"{key}__{stat}"]
             metrics[name] = type(template)().to(template.device)
+            self._where[name] = (split, key, stat)
         return metrics[name]
 
     def _add(self, key: str, rows: list[dict[str, float]], splits: list[str]) -> None:
@@ -241,6 +308,11 @@ class CascadeEvaluator(nn.Module):
             summarising = time.perf_counter() - start
             outputs[key], generating = self._generate(module, answerer, second)
             seconds[key] = seconds[drafter] + summarising + generating
+        spent = {}  # key -> every completion token sampled for the batch's answers, per problem
+        if GAME in self.stats:
+            meter, start = SampledTokens(module), time.perf_counter()
+            outputs[GAME] = graph_answer(self.game, meter, problems)
+            seconds[GAME], spent[GAME] = time.perf_counter() - start, meter.tokens / n
         if reuse and not frozen:
             unchanging = [
                 BASE,
@@ -251,10 +323,11 @@ class CascadeEvaluator(nn.Module):
         correct = {key: [float(v.correct) for v in vs] for key, vs in verdicts.items()}
         rows: dict[str, list[dict[str, float]]] = {}
         capped = {key: rb.truncated.float().tolist() for key, rb in outputs.items()}
-        for key in [BASE, *self.adapters]:
+        for key in self._one_stage:
             lengths = outputs[key].lengths.tolist()
-            rows[key] = [{"pass@1": correct[key][i], "length": lengths[i], "cost/total_tokens": lengths[i],
-                          "cost/wall_s": seconds[key] / n, "cap_hit": capped[key][i]} for i in range(n)]  # fmt: skip
+            rows[key] = [{"pass@1": correct[key][i], "length": lengths[i],
+                          "cost/total_tokens": spent.get(key, lengths[i]), "cost/wall_s": seconds[key] / n,
+                          "cap_hit": capped[key][i]} for i in range(n)]  # fmt: skip
         for key, drafter, _ in self.cascades:
             draft, final = outputs[drafter].lengths.tolist(), outputs[key].lengths.tolist()
             prefill = outputs[key].prompt_mask.sum(1).tolist()
@@ -296,7 +369,7 @@ class CascadeEvaluator(nn.Module):
             deployed = f"{prefix}{self.deployed_key}/"
             out.update(
                 {
-                    f"{prefix}deployed/{k[len(deployed) :]}": v
+                    f"{prefix}{DEPLOYED}/{k[len(deployed) :]}": v
                     for k, v in list(out.items())
                     if k.startswith(deployed)
                 }
@@ -309,8 +382,7 @@ class CascadeEvaluator(nn.Module):
         """``(split, key) → values(stat, computed)`` merged, for every metric of a split seen; resets them."""
         out: dict[tuple[str, str], dict[str, float]] = {}
         for name, metric in metrics.items():
-            *split, key, stat = name.split("__")
-            split = split[0] if split else ""
+            split, key, stat = self._where[name]
             if split in self._splits:
                 out.setdefault((split, key), {}).update(values(stat, metric.compute()))
             metric.reset()
