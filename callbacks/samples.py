@@ -67,14 +67,17 @@ def sample_rows(record: Any, num_rows: int, max_chars: int | None = None) -> lis
             "challenge_functions": None,
         }  # fmt: skip
         if challenge is not None:
+            j = p * (
+                len(challenge.verdicts) // len(record.problems)
+            )  # its first row of the problem: groups may differ
             row.update(
                 # a game of one's own may keep no summaries (its second stage read something else)
-                summary=_clip(record.summaries[i], max_chars) if i < len(record.summaries) else None,
+                summary=_clip(record.summaries[j], max_chars) if j < len(record.summaries) else None,
                 challenger=challenge.adapter,
-                challenge=_clip(challenge.rollouts.texts[i], max_chars),
-                challenge_verdict=_verdict(challenge.verdicts[i]),
-                challenge_reward=float(challenge.rewards[i]),
-                challenge_functions=_functions(challenge.verdicts[i]),
+                challenge=_clip(challenge.rollouts.texts[j], max_chars),
+                challenge_verdict=_verdict(challenge.verdicts[j]),
+                challenge_reward=float(challenge.rewards[j]),
+                challenge_functions=_functions(challenge.verdicts[j]),
             )
         rows.append(row)
     return rows

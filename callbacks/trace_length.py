@@ -2,7 +2,7 @@
 
 Agon claims competition shortens reasoning (3.5k vs 8.1k tokens for GRPO) with higher
 accuracy, so length has to be watched as closely as reward. For every training step, from
-``module.last_record`` (no extra generation), and for each role (``draft``, ``challenge``):
+``module.last_record`` (no extra generation), and for each role of the game (Agon's ``draft``, ``challenge``):
 
 * completion tokens: mean, p50, p90, max; and the truncation rate;
 * the split of each completion into its ``<think>`` trace and its post-reasoning summary
@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from agon_lightning.game.text import after_thinking, remove_final_answer, thinking_part
+from agon_lightning.training.step_metrics import by_role, role_prefix
 
 from .protocol import AgonModuleView
 from .run_files import RunDir, append_jsonl, log_step_metrics, read_jsonl
@@ -108,13 +109,21 @@ class TraceLengthMonitor(L.Callback):
         if record is None or record.step % self.every_n_steps:
             return
         rows = []
-        for name, role in (("draft", record.draft), ("challenge", record.challenge)):
-            if role is None:  # game: grpo has no challenger
-                continue
-            rb = role.rollouts
-            stats = text_stats(pl_module.tokenizer, rb.texts, rb.lengths.cpu(), rb.truncated.cpu())
+        # Every role of the game (Agon's as draft and challenge); a role played in several rounds, as one.
+        for role, parts in by_role(record).items():
+            texts = [t for r in parts for t in r.rollouts.texts]
+            lengths = torch.cat([r.rollouts.lengths.cpu() for r in parts])
+            truncated = torch.cat([r.rollouts.truncated.cpu() for r in parts])
+            stats = text_stats(pl_module.tokenizer, texts, lengths, truncated)
+            adapter = ",".join(dict.fromkeys(r.adapter for r in parts))
             rows.append(
-                {"step": record.step, "split": "train", "role": name, "adapter": role.adapter, **stats}
+                {
+                    "step": record.step,
+                    "split": "train",
+                    "role": role_prefix(role),
+                    "adapter": adapter,
+                    **stats,
+                }
             )
         log_step_metrics(trainer, {f"trace/{r['role']}/{k}": r[k] for r in rows for k in STATS}, record.step)
         self._write(trainer, rows)

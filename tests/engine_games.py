@@ -93,3 +93,39 @@ class JudgeGame(Game):
         solutions.rewards = solutions.correct * (1 + accepted)
         verifier = player.role("verifier", "beta", judged, [Verdict(correct=bool(x)) for x in right], right)
         return StepRecord(player.step, problems, solutions, challenge=verifier)
+
+
+class PanelGame(Game):
+    """Three adapters: ``a`` drafts, ``b`` answers after reading a's summary, ``judge`` answers after reading b's.
+
+    Each is paid its own correctness; the judge's answer is the deployed one (its own graph).
+    """
+
+    spec = GameSpec(
+        policies=("a", "b", "judge"), roles=("first", "second", "judge"), first_stage="first",
+        rivals={"second": "first"}, answers=("first", "second", "judge"), deploy="graph",
+    )  # fmt: skip
+
+    def _after(self, player, adapter, problems, rollouts, greedy=False):
+        _, prompts = player.read(problems, rollouts)
+        return player.sample(adapter, prompts, 1, greedy=greedy)
+
+    def play(self, player, problems):
+        grouped = [p for p in problems for _ in range(player.num_generations)]
+        first = player.draft("a", problems, role="first")
+        rival = player.rival("second", "a")
+        read = first if rival is None else player.draft(rival.slot, problems, role="first")
+        roles = []
+        rollouts = read.rollouts
+        for role, adapter in (("second", "b"), ("judge", "judge")):
+            rollouts = self._after(player, adapter, grouped, rollouts)
+            verdicts = player.verify(rollouts.texts, grouped)
+            c = torch.tensor([v.correct for v in verdicts], dtype=torch.float32)
+            roles.append(player.role(role, adapter, rollouts, verdicts, c))
+        player.rival_played(rival, roles[0].correct, read.correct)
+        return StepRecord(player.step, problems, first, challenge=roles[0], others=roles[1:])
+
+    def answer(self, player, problems):
+        prompts = [player.prompts.draft_prompt(player.tokenizer, p) for p in problems]
+        drafts = player.sample("a", prompts, 1, greedy=True)
+        return self._after(player, "judge", problems, self._after(player, "b", problems, drafts, True), True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from engine_games import DebateIgnoringRivalsGame, DebateNoRivalsGame, JudgeGame, OwnFirstStageGame
+from engine_games import DebateIgnoringRivalsGame, DebateNoRivalsGame, JudgeGame, OwnFirstStageGame, PanelGame
 from scripted import ScriptedRollout
 from test_training_paths import ZeroIsRight
 
@@ -23,6 +23,10 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.games import AgonGame, GRPOGame
+from agon_lightning.games.challenger_solver import ChallengerSolverGame
+from agon_lightning.games.debate import DebateGame
+from agon_lightning.games.prover_verifier import ProverVerifierGame
+from agon_lightning.games.zero_sum import ZeroSumGame
 from agon_lightning.training.features import KLAnchor, KLAnchors, League
 from agon_lightning.training.module import AgonModule, GRPOOptions
 
@@ -48,13 +52,19 @@ class OwnCopy(ScriptedRollout):
 
 
 def shipped_games() -> dict:
-    return {"agon": AgonGame(), "grpo": GRPOGame(), "self_play": AgonGame(schedule="self_play")}
+    """Every game the package registers (entry-point group ``agon_lightning.games``), and Agon's self-play."""
+    return {
+        "agon": AgonGame(), "grpo": GRPOGame(), "self_play": AgonGame(schedule="self_play"),
+        "prover_verifier": ProverVerifierGame(), "debate": DebateGame(), "challenger_solver": ChallengerSolverGame(),
+        "zero_sum": ZeroSumGame(),
+    }  # fmt: skip
 
 
 GAMES = {
     **shipped_games(),
     "own_first_stage": OwnFirstStageGame(),
     "judge": JudgeGame(),
+    "panel": PanelGame(),
 }
 
 
@@ -96,6 +106,19 @@ REFUSED = {
         "max_staleness",
     ): "but the game OwnFirstStageGame samples its own (GameSpec.first_stage is None)",
     ("judge", "league"): "the game JudgeGame declares no rivals",
+    ("challenger_solver", "league"): "the game ChallengerSolverGame declares no rivals",
+    (
+        "challenger_solver",
+        "kl_rival",
+    ): "model.kl.challenger.reference='rival', but the game ChallengerSolverGame declares no rival",
+    (
+        "challenger_solver",
+        "max_staleness",
+    ): "but the game ChallengerSolverGame samples its own (GameSpec.first_stage is None)",
+    (
+        "zero_sum",
+        "kl_rival",
+    ): "but the game ZeroSumGame plays every role with one adapter (alpha): its rival is itself",
     (
         "judge",
         "kl_rival",
@@ -106,9 +129,11 @@ REFUSED = {
 class Metrics(L.Callback):
     def __init__(self) -> None:
         self.rows: list[dict[str, float]] = []
+        self.pushed: set[str] = set()  # adapters some row of some role had a non-zero advantage for
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.rows.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+        self.pushed |= {r.adapter for r in pl_module.last_record.roles if bool(r.advantages.abs().sum() > 0)}
 
 
 def build(game, **overrides) -> AgonModule:
@@ -169,10 +194,14 @@ def test_every_feature_composes_with_every_game_or_refuses_at_start(name, featur
     module = build(game, model_dir=str(tiny_model_dir), **options)
     module.configure_model()
     before = adapters(module)
-    rows = fit(module, tmp_path).rows
+    metrics = fit(module, tmp_path)
+    rows = metrics.rows
     assert len(rows) == STEPS and module.policy_version == STEPS
     after = adapters(module)
-    assert all(not torch.equal(before[a], after[a]) for a in module.adapter_names), "every policy trained"
+    moved = {a for a in module.adapter_names if not torch.equal(before[a], after[a])}
+    assert metrics.pushed and metrics.pushed <= moved, "every policy with an advantage trained"
+    if not feature.startswith("kl_"):  # (a KL term moves a policy by itself)
+        assert moved == metrics.pushed, "and no other"
     shows(feature, module, rows)
 
 

@@ -440,3 +440,25 @@ def test_the_engine_leaves_torch_thread_control_to_the_trainer(module):
         assert torch.get_num_threads() == before + 1
     finally:
         torch.set_num_threads(before)
+
+
+@needs_vllm
+def test_a_three_adapter_game_trains_three_steps_with_every_adapter_resident(tmp_path):
+    if in_a_process_of_its_own(test_a_three_adapter_game_trains_three_steps_with_every_adapter_resident):
+        return
+    root = tmp_path / "run"
+    main([
+        "fit", "--config", str(ROOT / "configs/agon.yaml"), "--model.rollout=vllm",
+        "--model.game=engine_games.PanelGame",
+        "--model.rollout.init_args.kv_cache_memory_gib=0.25", "--model.rollout.init_args.enforce_eager=true",
+        "--model.rollout.init_args.max_new_tokens=16", "--model.grpo.num_generations=2",
+        "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=0", "--trainer.callbacks=[]",
+        f"--trainer.default_root_dir={root}", "--data.init_args.batch_size=2", "--data.init_args.train_size=12",
+        "--data.init_args.val_size=2", "--data.init_args.hard_size=0",
+    ])  # fmt: skip
+    (metrics_file,) = root.rglob("metrics.csv")
+    steps = [r for r in csv.DictReader(metrics_file.open()) if r.get("train/judge/reward")]
+    assert len(steps) == 3
+    for role in ("first", "second", "judge"):
+        assert all(r[f"train/{role}/length"] != "" for r in steps), role
+    assert all(float(r["train/logprob_mismatch"]) < LOGP_TOL for r in steps)  # the engine sampled what trains

@@ -2,7 +2,7 @@
 
 Out of memory with a colocated inference engine is the most reported failure of GRPO
 trainers, and it comes after minutes of loading. Everything that a step holds can be counted
-from the config: the frozen base, two LoRA adapters with their gradients and AdamW state, the
+from the config: the frozen base, the game's LoRA adapters with their gradients and AdamW state, the
 activations of one joint backward (with or without checkpointing), the chunked log-prob
 logits, the key/value cache of sampling, and vLLM's reserved share. Each strategy shards a
 different part (:data:`SHARDS`); ``agon plan`` prints the parts per strategy and which fit.
@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from agon_lightning.infra.game_shape import game_shape
+
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 STRATEGIES = ("single", "ddp", "fsdp2", "zero2", "zero3")
@@ -29,7 +31,6 @@ SHARDS: dict[str, tuple[bool, bool, bool, bool]] = {
     "zero3": (True, True, True, True),
     "fsdp2": (True, True, True, True),
 }
-ADAPTERS = 2  # alpha and beta
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, float32
 
 
@@ -103,7 +104,9 @@ class Run:
         checkpointing: Activation checkpointing (one layer's activations live at a time).
         logprob_chunk: Tokens per log-prob chunk (two ``chunk × V`` float32 tensors live).
         vllm_share: vLLM's ``gpu_memory_utilization`` (0 = sampling with the trained model).
-        roles: Roles in one backward: 2 for ``game: agon`` (drafter and challenger), 1 for ``grpo``.
+        roles: Roles in one backward: 2 for ``game: agon`` (drafter and challenger), 1 for ``grpo``,
+            the game's ``GameSpec.roles`` for another game.
+        adapters: The game's policies: one LoRA adapter each (2 for Agon, 1 for GRPO and self-play).
     """
 
     prompts: int
@@ -118,6 +121,7 @@ class Run:
     logprob_chunk: int = 1024
     vllm_share: float = 0.0
     roles: int = 2
+    adapters: int = 2
 
     def __post_init__(self) -> None:
         for name in ("prompts", "generations", "prompt_tokens", "new_tokens", "rank", "logprob_chunk"):
@@ -125,8 +129,8 @@ class Run:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
-        if self.roles not in (1, 2):
-            raise ValueError(f"roles must be 1 (grpo) or 2 (agon), got {self.roles}")
+        if self.roles < 1 or self.adapters < 1:
+            raise ValueError(f"roles and adapters must be >= 1, got {self.roles} and {self.adapters}")
         if self.micro_batch < 0:
             raise ValueError(f"micro_batch must be >= 0, got {self.micro_batch}")
         if not 0 <= self.vllm_share < 1:
@@ -159,8 +163,8 @@ def parts(shape: Shape, run: Run, strategy: str, devices: int) -> dict[str, floa
     base_s, adapter_s, grad_s, state_s = (devices if s else 1 for s in SHARDS[strategy])
     width = DTYPE_BYTES[run.dtype]
     base = shape.base_params() * width
-    lora = shape.lora_params(run.rank, run.targets) * 4 * ADAPTERS  # float32 adapters
-    rows = run.roles * (run.micro_batch or run.prompts * run.generations)  # both roles in one backward
+    lora = shape.lora_params(run.rank, run.targets) * 4 * run.adapters  # float32 adapters
+    rows = run.roles * (run.micro_batch or run.prompts * run.generations)  # every role in one backward
     tokens = rows * (run.prompt_tokens + run.new_tokens)
     per_layer = activation_bytes_per_token_layer(shape, run.dtype) * tokens
     layer_inputs = shape.layers * tokens * shape.hidden * width
@@ -234,6 +238,7 @@ def run_of(config: dict[str, Any], devices: int, prompt_tokens: int) -> Run:
     rollout = (model.get("rollout", {}) or {}).get("init_args", {}) or {}
     data = (config.get("data", {}) or {}).get("init_args", {}) or {}
     targets = lora.get("target_modules") or Run.targets
+    adapters, roles = game_shape(model)
     return Run(
         prompts=math.ceil(int(data.get("batch_size", 16)) / devices),
         generations=int(grpo.get("num_generations", 8)), prompt_tokens=prompt_tokens,
@@ -243,7 +248,7 @@ def run_of(config: dict[str, Any], devices: int, prompt_tokens: int) -> Run:
         logprob_chunk=int(grpo.get("logprob_chunk_size", 1024)),
         vllm_share=float(rollout.get("gpu_memory_utilization", 0.3)) if "vllm" in str(
             (model.get("rollout") or {}).get("class_path", "")).lower() else 0.0,
-        roles=1 if model.get("game") == "grpo" else 2,
+        adapters=adapters, roles=roles,
     )  # fmt: skip
 
 

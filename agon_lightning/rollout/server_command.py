@@ -5,8 +5,8 @@ The command is read off the run's own config, so the server and the trainer agre
 * the base: ``model.model_name_or_path`` (``agon:tiny-qwen3`` becomes the shipped model's
   folder) and ``model.dtype``;
 * LoRA on, ``--max-lora-rank`` the smallest vLLM accepts above ``model.lora.r``, and
-  ``--max-loras`` room for both adapters twice (each push loads the new versions before it
-  unloads the old ones);
+  ``--max-loras`` room for every adapter of the game twice, and for the league's slots (each push
+  loads the new versions before it unloads the old ones);
 * ``--logprobs-mode processed_logprobs``, so the log-probs the server reports are of the
   distribution it sampled (after temperature), as the trainer compares them;
 * ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, without which vLLM refuses to load adapters
@@ -33,9 +33,9 @@ from urllib.parse import urlparse
 import yaml
 
 from agon_lightning.infra.errors import CommandParser, UsageError
+from agon_lightning.infra.game_shape import game_shape
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-ADAPTERS = 2  # alpha and beta
 DEFAULT_BASE = "agon:tiny-qwen3"  # AgonModule's default
 DEFAULT_RANK = 16  # LoraOptions' default
 DEFAULT_PORT = 8000
@@ -110,7 +110,10 @@ def server_command(
         "--port",
         str(port or server_port(config)),
     ]
-    argv += ["--dtype", str(model.get("dtype", "float32")), "--enable-lora", "--max-loras", str(2 * ADAPTERS)]
+    policies, _ = game_shape(model)
+    league = float((model.get("league") or {}).get("probability", 0.0) or 0.0) > 0
+    loras = 2 * policies * (2 if league else 1)
+    argv += ["--dtype", str(model.get("dtype", "float32")), "--enable-lora", "--max-loras", str(loras)]
     argv += ["--max-lora-rank", str(lora_rank_bound([rank])), "--logprobs-mode", "processed_logprobs"]
     if device == "cpu":  # the CPU backend checks one NUMA node's free memory against this share
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")

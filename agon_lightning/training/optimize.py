@@ -9,23 +9,21 @@ optimizer it accepts). A backward whose loss or gradient is not finite reaches n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from agon_lightning.games.records import RoleRollout
 from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.update import loss_mask, nonfinite_roles, role_loss, sampling_logprobs
 
 
-def optimize(
-    module: Any, roles: list[RoleRollout], skip: Callable[[list[str]], None]
-) -> tuple[dict[str, float], bool]:
+def optimize(module: Any, roles: list[RoleRollout]) -> tuple[dict[str, float], bool]:
     """``(stats, updated)``: μ = ``grpo.num_iterations`` optimizer steps on the step's rollouts.
 
-    ``skip`` is called (with the roles at fault) when a backward is not finite on any process:
-    the step's update is then dropped and ``updated`` is ``False``.
+    When a backward is not finite on any process the step's update is dropped (:func:`skip_step`)
+    and ``updated`` is ``False``.
     """
     grpo = module.grpo
     opt = module.optimizers()
@@ -60,7 +58,7 @@ def optimize(
         bad = nonfinite_roles(module, roles, finite)
         if module.trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
             opt.zero_grad(set_to_none=True)
-            skip(bad or ["another process's"])
+            skip_step(module, bad or ["another process's"])
             return stats_sum, False
         if module.max_grad_norm is not None:
             module.clip_gradients(opt, gradient_clip_val=module.max_grad_norm, gradient_clip_algorithm="norm")
@@ -70,3 +68,25 @@ def optimize(
         if scheduler is not None:
             scheduler.step()
     return stats_sum, True
+
+
+def skip_step(module: Any, bad: list[str]) -> None:
+    """Count a dropped update (the roles at fault in ``bad``); stop after ``max_consecutive_skips`` in a row.
+
+    Raises:
+        FloatingPointError: ``model.max_consecutive_skips`` skipped steps in a row.
+    """
+    module.skipped_steps += 1
+    module.skips_in_a_row += 1
+    message = (
+        f"step {module.agon_step}: non-finite loss or gradient in the {', '.join(bad)}; the update was "
+        f"skipped ({module.skips_in_a_row} in a row, {module.skipped_steps} in all)"
+    )
+    if module.skips_in_a_row >= module.max_consecutive_skips:
+        raise FloatingPointError(
+            f"{message}. Training stopped after {module.skips_in_a_row} skipped steps in a row "
+            f"(model.max_consecutive_skips={module.max_consecutive_skips}). The adapters, and every "
+            "checkpoint written, hold the last good step. Lower the learning rate, check the rewards the "
+            "verifier and reward component return, or resume from the last checkpoint."
+        )
+    rank_zero_warn(message)

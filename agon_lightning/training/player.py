@@ -162,3 +162,17 @@ class Playing:
             f"pays only the 0/1 correctness c{rule}; pay their values with --model.reward=graded (GradedReward), "
             "or return 0 or 1 from the function"
         )
+
+
+def check_paid(verifier: Any, reward: Any) -> None:
+    """Refuse a verifier graded by several reward functions or weights beside a reward that pays only c.
+
+    Raises:
+        ValueError: naming both components and the reward that pays the weighted sum.
+    """
+    if getattr(verifier, "graded", False) and not getattr(reward, "pays_graded", False):
+        raise ValueError(
+            f"the verifier ({type(verifier).__name__}) grades with several reward functions or weights, "
+            f"but the reward ({type(reward).__name__}) pays only their 0/1 correctness; pay the weighted "
+            "sum with --model.reward=graded (GradedReward), or give one function with weight 1"
+        )

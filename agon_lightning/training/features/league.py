@@ -107,7 +107,7 @@ class LeaguePlay(Feature):
     def __init__(self, league: League | None) -> None:
         self.league = league or League()
         self.games: dict[str, dict[int, list[float]]] = {}  # rival's adapter → version → [wins, games]
-        self._asked = False  # this step: whether the game asked for a rival, and reported how it went
+        self._asked: set[str] = set()  # this step: the roles the game asked a rival for, and how it went
         self._metrics: dict[str, float] | None = None
 
     def check(self, game: Game) -> None:
@@ -133,7 +133,7 @@ class LeaguePlay(Feature):
     def rival(self, host: Any, role: str, adapter: str) -> Rival | None:
         if not self.active or (self.league.roles is not None and role not in self.league.roles):
             return None
-        self._asked = True
+        self._asked.add(role)
         rival = self.draw(host.step, adapter, host.version, host.adapter_history)
         if rival is not None:
             _, state = host.adapter_history.at(rival.adapter, rival.version)
@@ -148,16 +148,22 @@ class LeaguePlay(Feature):
             self._metrics = self.played(rival, reader_correct, rival_correct, host.version)
 
     def before_play(self, host: Any) -> None:
-        self._asked, self._metrics = False, None
+        self._asked, self._metrics = set(), None
 
     def after_play(self, host: Any, record: StepRecord) -> None:
         if not self.active:
             return
-        if self.plays(record.step) and not self._asked and self.league.roles is None:
+        if self.league.roles:  # every role listed must face a rival
+            missing = sorted(set(self.league.roles) - self._asked)
+            which = f"role(s) {missing} (model.league.roles)"
+        else:  # some role must
+            missing = [] if self._asked else ["any"]
+            which = "any role"
+        if self.plays(record.step) and missing:
             raise ValueError(
-                f"step {record.step}: model.league plays this step, but the game {host.game.name} did not ask for a "
-                "rival (player.rival): it declares rivals (GameSpec.rivals) it does not play against; ask for one, "
-                "or set model.league.probability=0"
+                f"step {record.step}: model.league plays this step, but the game {host.game.name} did not ask a rival "
+                f"for {which} (player.rival): it declares rivals (GameSpec.rivals) it does not play against; ask for "
+                "one, or set model.league.probability=0"
             )
         if self._asked and self._metrics is None:
             raise ValueError(
