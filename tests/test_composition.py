@@ -258,3 +258,14 @@ def test_agons_metrics_are_agons_a_judging_game_logs_none_of_them(tiny_model_dir
     assert module.last_record.sparse_metrics == {}  # no counts of Agon's exchange, nothing sparse
     assert "divergence/answer_agreement" not in logged  # a yes/no is not an answer to compare
     assert "divergence/kl_alpha_base" in logged  # the monitor still runs
+
+
+def test_a_league_role_the_game_never_asks_a_rival_for_stops_the_run_naming_it(tiny_model_dir, tmp_path):
+    # The debate asks the league for debater_b's rival only; a league for debater_a would never play.
+    module = build(
+        DebateGame(), model_dir=str(tiny_model_dir), league=League(probability=1.0, roles=["debater_a"])
+    )
+    with pytest.raises(
+        ValueError, match=r"did not ask a rival for role\(s\) \['debater_a'\] \(model.league.roles\)"
+    ):
+        fit(module, tmp_path, steps=1)

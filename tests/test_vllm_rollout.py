@@ -454,7 +454,7 @@ def test_a_three_adapter_game_trains_three_steps_with_every_adapter_resident(tmp
         "--model.rollout.init_args.max_new_tokens=16", "--model.grpo.num_generations=2",
         "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=0", "--trainer.callbacks=[]",
         f"--trainer.default_root_dir={root}", "--data.init_args.batch_size=2", "--data.init_args.train_size=12",
-        "--data.init_args.val_size=2", "--data.init_args.hard_size=0",
+        "--data.init_args.val_size=2", "--data.init_args.hard_size=2",
     ])  # fmt: skip
     (metrics_file,) = root.rglob("metrics.csv")
     steps = [r for r in csv.DictReader(metrics_file.open()) if r.get("train/judge/reward")]
