@@ -101,9 +101,7 @@ class CascadeResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON record ``agon predict`` writes (``samples`` and ``votes`` only when k > 1)."""
         s = self.final
-        record: dict[str, Any] = {
-            "question": self.problem.question,
-            "answer": self.problem.answer,
+        body = {
             "drafter": self.drafter,
             "answerer": self.answerer,
             "draft": s.draft,
@@ -112,14 +110,28 @@ class CascadeResult:
             "extracted": s.extracted,
             "tokens": {"draft": s.draft_tokens, "final": s.final_tokens},
             "truncated": {"draft": s.draft_truncated, "final": s.final_truncated},
-            "verdict": None if self.verdict is None else asdict(self.verdict),
         }
-        if self.problem.messages is not None:  # a conversational problem: the whole prompt
-            record["messages"] = self.problem.messages
-        if len(self.samples) > 1:
-            record["votes"] = self.votes
-            record["samples"] = [asdict(x) for x in self.samples]
-        return record
+        return answer_record(self.problem, body, self.verdict, self.samples, self.votes)
+
+
+def answer_record(
+    problem: Problem,
+    body: dict[str, Any],
+    verdict: Verdict | None,
+    samples: Sequence[Any],
+    votes: dict[str, int],
+) -> dict[str, Any]:
+    """A problem's JSON record as ``agon predict`` writes it: the question and its answer, ``body`` (how it was
+    answered), the verdict, the whole prompt of a conversational problem, and the votes and every sample when
+    there were several (``samples``: dataclasses)."""
+    record: dict[str, Any] = {"question": problem.question, "answer": problem.answer, **body}
+    record["verdict"] = None if verdict is None else asdict(verdict)
+    if problem.messages is not None:  # a conversational problem: the whole prompt
+        record["messages"] = problem.messages
+    if len(samples) > 1:
+        record["votes"] = votes
+        record["samples"] = [asdict(x) for x in samples]
+    return record
 
 
 def majority_vote(answers: Sequence[str | None]) -> tuple[int, dict[str, int]]:

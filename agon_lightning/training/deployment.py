@@ -19,7 +19,7 @@ With ``k > 1`` the cascade and a single adapter sample k answers and report the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agon_lightning.game.text import extract_answer
@@ -27,7 +27,14 @@ from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.games.base import Game
 from agon_lightning.games.spec import DEPLOYS
 from agon_lightning.rollout.base import RolloutBatch
-from agon_lightning.rollout.pipeline import CascadeResult, Player, majority_vote, solve_batch, verify_each
+from agon_lightning.rollout.pipeline import (
+    CascadeResult,
+    Player,
+    answer_record,
+    majority_vote,
+    solve_batch,
+    verify_each,
+)
 
 
 @dataclass(frozen=True)
@@ -125,23 +132,15 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         """The JSON record ``agon predict`` writes (``samples`` and ``votes`` only when k > 1)."""
         s = self.final
-        record: dict[str, Any] = {
-            "question": self.problem.question,
-            "answer": self.problem.answer,
+        body = {
             "deploy": self.kind,
             "adapter" if self.kind == "single" else "game": self.by,
             "final": s.final,
             "extracted": s.extracted,
             "tokens": {"final": s.final_tokens},
             "truncated": {"final": s.final_truncated},
-            "verdict": None if self.verdict is None else asdict(self.verdict),
         }
-        if self.problem.messages is not None:  # a conversational problem: the whole prompt
-            record["messages"] = self.problem.messages
-        if len(self.samples) > 1:
-            record["votes"] = self.votes
-            record["samples"] = [asdict(x) for x in self.samples]
-        return record
+        return answer_record(self.problem, body, self.verdict, self.samples, self.votes)
 
 
 def graph_answer(game: Game, player: Any, problems: list[Problem]) -> RolloutBatch:
