@@ -1,4 +1,4 @@
-"""agon-lightning: Agon's drafter/challenger game on PyTorch Lightning, and the cascade it deploys.
+"""agon-lightning: games of LoRA policies on one base (Agon's drafter and challenger first) on PyTorch Lightning.
 
 The public API, importable from the package itself::
 
@@ -32,6 +32,13 @@ _EXPORTS: dict[str, str] = {
     "from_config": "agon_lightning.cli.build",
     "CascadeResult": "agon_lightning.rollout.pipeline",
     "CascadeSample": "agon_lightning.rollout.pipeline",
+    # the contract of a game of several policies, and the feature plug-in
+    "Game": "agon_lightning.games.base",
+    "GameSpec": "agon_lightning.games.spec",
+    "Player": "agon_lightning.games.player",
+    "RoleRollout": "agon_lightning.games.records",
+    "StepRecord": "agon_lightning.games.records",
+    "Feature": "agon_lightning.training.features.base",
     # the data that flows between components
     "Problem": "agon_lightning.game.types",
     "Verdict": "agon_lightning.game.types",
