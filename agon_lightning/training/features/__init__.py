@@ -4,7 +4,9 @@
 - :mod:`~agon_lightning.training.features.kl`: each role's KL anchor (``model.kl``);
 - :mod:`~agon_lightning.training.features.league`: past rivals (``model.league``);
 - :mod:`~agon_lightning.training.features.ahead`: the first stage sampled a step ahead
-  (``rollout.max_staleness``).
+  (``rollout.max_staleness``);
+- :mod:`~agon_lightning.training.features.dynamic`: dynamic sampling (after DAPO): problems whose
+  groups all agree skipped and replaced (``model.features``, not built in).
 
 :func:`build_features` puts a run's together and checks each against the game.
 """

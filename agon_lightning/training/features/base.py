@@ -3,8 +3,8 @@
 The league, the KL anchor, sampling ahead and the adapters' snapshots are each a :class:`Feature`;
 the module holds a :class:`Features` list and names none of them. A feature declares:
 
-- whether it applies to a game (:meth:`Feature.check`, at construction: a refusal names the game
-  and the feature's option);
+- whether it applies to a game and beside the other features (:meth:`Feature.check`,
+  :meth:`Feature.composes`, at construction: a refusal names the game, or both options);
 - the adapter slots and the history of past versions it needs (:meth:`Feature.slots`,
   :attr:`Feature.depth`);
 - its hooks around the play and the update, and what the player asks of it (drafts, rivals);
@@ -50,6 +50,9 @@ class Feature:
 
     def check(self, game: Game) -> None:
         """Raise ``ValueError`` (naming the game and :attr:`option`) when it cannot apply to ``game``."""
+
+    def composes(self, features: list[Feature]) -> None:
+        """Raise ``ValueError`` (naming both options) when it cannot run beside one of the run's ``features``."""
 
     def slots(self, policies: tuple[str, ...]) -> dict[str, str]:
         """The frozen adapter slots it samples or scores through: slot → the policy it copies."""
@@ -109,8 +112,11 @@ class Features(list):
     """The policies' past versions the features read (an ``AdapterHistory``), or ``None``."""
 
     def check(self, game: Game) -> None:
+        """Each feature against the game, then against the other features: a refusal names both."""
         for f in self:
             f.check(game)
+        for f in self:
+            f.composes(list(self))
 
     @property
     def depth(self) -> int:
