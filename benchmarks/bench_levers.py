@@ -153,10 +153,9 @@ def step_parts(module: Any, problems: list[Any], n: int) -> tuple[float, float]:
     start = time.process_time()
     record = module.play(problems)
     played = time.process_time()
-    roles = [record.draft] + ([record.challenge] if record.challenge is not None else [])
-    for role in roles:
+    for role in record.roles:
         role.advantages, _ = group_advantages(role.rewards + 0.1 * torch.randn(len(role.rewards)), n)
-    module.update(roles)
+    module.update(record)
     return played - start, time.process_time() - played
 
 

@@ -45,7 +45,7 @@ def fake_trainer(tmp_path, **kwargs):
                            loggers=[RecordingLogger()], should_stop=False, sanity_checking=False, **kwargs)  # fmt: skip
 
 
-def role(adapter, texts, correct, truncated=None, rewards=None):
+def role(adapter, texts, correct, truncated=None, rewards=None, name="drafter"):
     n = len(texts)
     rb = RolloutBatch(
         prompt_ids=torch.zeros(n, 1, dtype=torch.long), prompt_mask=torch.ones(n, 1, dtype=torch.long),
@@ -55,7 +55,7 @@ def role(adapter, texts, correct, truncated=None, rewards=None):
     )  # fmt: skip
     verdicts = [Verdict(correct=c, reason="ok" if c else "wrong_answer", extracted=extract_answer(t))
                 for t, c in zip(texts, correct)]  # fmt: skip
-    return RoleRollout(adapter, rb, verdicts, torch.tensor(rewards or [float(c) for c in correct]))
+    return RoleRollout(adapter, rb, verdicts, torch.tensor(rewards or [float(c) for c in correct]), role=name)
 
 
 def game(step=0):
@@ -68,7 +68,9 @@ def game(step=0):
         step, problems, role("alpha", drafts, [True, False, False, False], [False, False, False, True])
     )
     record.summaries = ["two", "", "five", "no answer here"]
-    record.challenge = role("beta", challenges, [True, False, True, False], rewards=[1.0, 0.0, 2.0, 0.0])
+    record.challenge = role(
+        "beta", challenges, [True, False, True, False], rewards=[1.0, 0.0, 2.0, 0.0], name="challenger"
+    )
     return record
 
 

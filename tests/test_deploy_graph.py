@@ -41,7 +41,7 @@ ADAPTERS = ("a1", "a2", "judge")
 VAL = 4  # held-out problems: one validation batch
 
 
-class ParityVerifier(Verifier):
+class LastDigitParity(Verifier):
     """Right when the completion's CRC-32 is even: about half right on an untrained model, and any change
     to any character flips the verdict half the time, so equal pass@1 over many problems means equal text."""
 
@@ -107,7 +107,7 @@ def distinct_adapters(module: AgonModule) -> AgonModule:
 def make_module(model_dir: Path, **kwargs) -> AgonModule:
     return AgonModule(
         model_name_or_path=str(model_dir), lora=LoraOptions(r=2, target_modules=["q_proj", "v_proj"]),
-        grpo=GRPOOptions(num_generations=2), rollout=HFRollout(max_new_tokens=8), verifier=ParityVerifier(),
+        grpo=GRPOOptions(num_generations=2), rollout=HFRollout(max_new_tokens=8), verifier=LastDigitParity(),
         optimizer=lambda params: torch.optim.SGD(params, lr=0.5), validate_at_start=False, **kwargs,
     )  # fmt: skip
 

@@ -87,7 +87,8 @@ def test_a_variant_runs_as_its_shipped_overlay_after_the_strategy(tmp_path):
         str(smoke.variant_overlay("league")),
     ]
     cli = AgonCLI(args=args, run=False)
-    assert cli.model.league.active and cli.model.league.league.probability == 0.25
+    league = next(f for f in cli.model.features if f.option == "model.league")
+    assert league.active and league.league.probability == 0.25
 
 
 def test_an_unknown_variant_is_refused_by_name_before_anything_is_built(monkeypatch, tmp_path):

@@ -85,8 +85,21 @@ EXPECTED = {  # what each overlay must set, on top of "shares everything else"
         "model.kl.challenger.reference": "rival",
         "model.kl.challenger.beta": 0.02,
         "model.kl.challenger.age": 1,
+        "model.kl.roles": {},  # no role beyond Agon's
     },  # fmt: skip
     "tiebreak": {"model.reward.init_args.length_tiebreak": 0.5},
+    # the games shipped beside Agon, for the exploratory games table (benchmarks/results/countdown/games)
+    "prover_verifier": {"model.game.class_path": "agon_lightning.games.prover_verifier.ProverVerifierGame"},
+    "debate": {
+        "model.game.class_path": "agon_lightning.games.debate.DebateGame",
+        "model.game.init_args.rounds": 2,
+        "model.game.init_args.judge": "adapter",
+    },
+    "challenger_solver": {
+        "model.game.class_path": "agon_lightning.games.challenger_solver.ChallengerSolverGame",
+        "model.game.init_args.solver_samples": 4,
+    },
+    "zero_sum": {"model.game.class_path": "agon_lightning.games.zero_sum.ZeroSumGame"},
     "other_summary": {  # a control: another problem's summary, through the Countdown summarizer
         "model.summarizer.class_path": "agon_lightning.summarizers.other.OtherProblemSummarizer",
         "model.summarizer.init_args.summarizer.class_path": "agon_lightning.testbeds.countdown.summarizer.CountdownSummarizer",
@@ -107,9 +120,9 @@ def test_variant_overlay_changes_only_what_it_names(variant, capsys):
     expected = EXPECTED[variant]
     for key, value in expected.items():
         assert merged[key] == value, key
-    # Anything else that differs lies under a changed component (its init_args).
+    # Anything else that differs lies under a changed component (its init_args), or is the name it replaced.
     owners = {k.rsplit(".", 1)[0] for k in expected if k.endswith(".class_path")}
-    stray = {k for k in changed - expected.keys() if not any(k.startswith(o + ".") for o in owners)}
+    stray = {k for k in changed - expected.keys() if not any(k == o or k.startswith(o + ".") for o in owners)}
     assert not stray, f"{variant} also changes {sorted(stray)}"
     if variant == "no_exchange":  # the bonus still pays against the hidden draft
         assert merged["model.reward.init_args.conversion_bonus"] > 0
@@ -299,13 +312,13 @@ def test_paired_comparisons_come_from_each_runs_outcomes(tmp_path):
 
 def test_moa_is_the_base_twice_and_never_the_deployed_policy():
     for adapters, game, deployed in [
-        (("alpha",), "grpo", "alpha"),
-        (("alpha", "beta"), "agon", "cascade_ab"),
+        (("alpha",), "single", "alpha"),
+        (("alpha", "beta"), "cascade", "cascade_ab"),
     ]:
         evaluator = CascadeEvaluator(adapters, game, moa=True)
         assert evaluator.cascades[-1] == ("moa", "base", "base")
         assert evaluator.deployed_key == deployed
-    assert "moa" not in CascadeEvaluator(("alpha", "beta"), "agon").keys
+    assert "moa" not in CascadeEvaluator(("alpha", "beta"), "cascade").keys
 
 
 # ---------------------------------------------------------------------- end to end

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from agon_lightning.game.names import BASE
 from agon_lightning.game.prompts import fill
 from agon_lightning.game.text import extract_answer
 from agon_lightning.game.types import Problem
@@ -32,7 +33,7 @@ from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.verifiers.exact import normalize_answer
 
 DEBATER_A, DEBATER_B, JUDGE = "debater_a", "debater_b", "judge"
-JUDGES = ("adapter", "base")
+JUDGES = ("adapter", BASE)
 METRICS = ("debate/judge_accuracy", "debate/agreement", "debate/judge_sided_a")
 DEFAULT_ARGUMENTS = "Debater A argues:\n{a}\n\nDebater B argues:\n{b}"
 

@@ -103,7 +103,7 @@ class Playing:
 
     def verify(self, texts: list[str], problems: list[Problem]) -> list[Verdict]:
         verdicts = self.verifier.verify_batch(texts, problems)
-        self._tell_if_cut(verdicts)
+        self.tell_if_cut(SimpleNamespace(graded=graded_of(verdicts)))  # what tell_if_cut reads of an outcome
         return verdicts
 
     def read(self, problems: list[Problem], drafts: RolloutBatch) -> tuple[list[str], list[str]]:
@@ -145,12 +145,11 @@ class Playing:
         if not self.features.any("weights_updated", self, adapters):
             self.rollout.on_weights_updated(self.policy, adapters)
 
-    def _tell_if_cut(self, verdicts: list[Verdict]) -> None:
-        """Warn once when the reward functions' graded values meet a reward that pays only c: never a silent cut."""
+    def tell_if_cut(self, outcome: Any) -> None:
+        """Warn once when the reward functions' graded values (``outcome.graded``) meet a reward that pays
+        only c: never a silent cut."""
         paid = getattr(self.reward, "pays_graded", False)  # a reward component typed by duck has no such flag
-        if self._told_cut or paid or graded_of(verdicts) is None:
-            return
-        value = cut_value(SimpleNamespace(graded=graded_of(verdicts)))  # what cut_value reads of an outcome
+        value = None if self._told_cut or paid else cut_value(outcome)
         if value is None:
             return
         self._told_cut = True

@@ -14,7 +14,7 @@ never a second copy of the model. ``beta: 0`` is no KL term and no reference for
 
 Roles are addressed by the names the game declares (``GameSpec.roles``): Agon's ``drafter`` and
 ``challenger`` as fields (``--model.kl.drafter.beta=0.04``), any other role under ``roles``
-(``--model.kl.roles='{"judge": {"reference": "self", "beta": 0.04}}'``). An anchor set for a role
+(``--model.kl.roles='{judge: {reference: self, beta: 0.04}}'``). An anchor set for a role
 the game does not have, a ``rival`` reference of a role with no rival, or of a game with one
 policy, is refused at start, naming the game.
 """
