@@ -80,6 +80,7 @@ SMOKES: dict[str, Smoke] = {
     "bench_levers": Smoke(
         f"--beta 0.04 --repeats 1 {TINY} {OUT}", "levers_grpo.json", ("environment", "workload", "table", "results")
     ),
+    "bench_dynamic_sampling": Smoke(f"--smoke {OUT}", "dynamic_sampling.json", ("environment", "runs", "table")),
     "bench_logprobs": Smoke(
         f"--batch 1 --lengths 8 --vocab 256 --hidden 8 --chunk 4 {OUT}", "logprobs.json", ("environment", "results")
     ),
@@ -119,6 +120,9 @@ SMOKES: dict[str, Smoke] = {
     "bench_sharded_generation": Smoke(
         f"--strategies fsdp2 --rounds 1 {TINY} {OUT}", "sharded_generation.json", ("environment", "workload", "rows")
     ),
+    "bench_step_speed": Smoke(
+        f"--smoke --rounds 1 --steps 1 {OUT}", "step_speed.json", ("environment", "summary", "ratio")
+    ),
     "bench_staleness": Smoke(
         f"--part speed --steps 3 {OUT} -- {SMALL_FIT}",
         "staleness_speed.json", ("environment", "tables", "command", "result"), needs="vllm",
@@ -129,6 +133,10 @@ SMOKES: dict[str, Smoke] = {
     ),
     "gpu_vllm": Smoke(
         "--steps 1 --max-new-tokens 8 --out {out}/gpu_vllm.json", "gpu_vllm.json", ("hf", "vllm"), needs="cuda"
+    ),
+    "profile_countdown": Smoke(
+        f"--smoke --steps 1 --threads 1 --val-problems 2 {OUT}", "profile_countdown.json",
+        ("environment", "table", "results"),
     ),
     "profile_step": Smoke(
         f"--game agon --rows 5 {TINY} {OUT}", "profile_agon.json", ("environment", "game", "workload", "top")

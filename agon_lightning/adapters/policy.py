@@ -37,7 +37,7 @@ from agon_lightning.game.names import BETA
 from agon_lightning.infra.errors import UsageError
 from agon_lightning.infra.logprobs import LogitHead
 from agon_lightning.infra.model_source import resolve_model_path
-from agon_lightning.strategies.gather import fsdp2_modules, of_adapter
+from agon_lightning.strategies.gather import fsdp2_modules, of_adapter, zero3_parameters
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -279,6 +279,9 @@ def completion_hidden_states(
     padding, so the recomputed log-probs match the sampling pass. The leading prompt tokens
     that the rows of a group share run once for the group (:mod:`agon_lightning.adapters.shared_prompt`):
     a GRPO group's whole prompt, or the problem that precedes each challenger's draft summary.
+    Where completions differ in length enough that running rows in length-sorted chunks, each at
+    its own width, costs fewer token positions, they run so instead (:func:`length_chunks`; not
+    with sharded weights, where every rank must call the modules alike).
 
     Args:
         groups: ``[G]`` consecutive rows per group (e.g. from
@@ -291,10 +294,102 @@ def completion_hidden_states(
     # its per-layer unshard-for-backward does not see (the layer's weights would be freed by then).
     if counts is not None and shares_prompts(decoder) and not fsdp2_modules(decoder):
         prefixes = shared_prefixes(prompt_ids, prompt_mask, counts)
+    args = (decoder, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    chunks = (
+        None if is_partitioned(decoder) else length_chunks(span(prompt_mask, leading=True), completion_mask)
+    )
+    if (
+        chunks is not None
+        and len(chunks[0]) > 1
+        and chunks[1] < _one_call_cost(prompt_mask, completion_mask, prefixes, counts)
+    ):
+        return _chunked_hidden_states(*args, chunks[0])
     if prefixes is not None:
-        return prefix_hidden_states(
-            decoder, prompt_ids, prompt_mask, completion_ids, completion_mask, *prefixes, counts
-        )
+        return prefix_hidden_states(*args, *prefixes, counts)
+    return _full_hidden_states(*args)
+
+
+# A decoder call's fixed cost, in token positions: what merging two chunks into one must save. On the
+# Countdown config (python -m benchmarks.profile_countdown) 64 and 256 ran the update alike, within noise.
+CALL_TOKENS = 64
+
+
+def is_partitioned(decoder: nn.Module) -> bool:
+    """Whether a strategy shards ``decoder``'s weights: every rank must then call its modules alike."""
+    return bool(fsdp2_modules(decoder) or zero3_parameters(decoder))
+
+
+def length_chunks(prompt_widths: Tensor, completion_mask: Tensor) -> tuple[list[Tensor], int] | None:
+    """Rows sorted by completion length and cut into chunks that each run at their own width.
+
+    The completions of a batch are padded to its longest; a forward over every row at that width
+    spends the padding's share of its work on nothing. Sorted by length, contiguous chunks of rows
+    each run at their own longest prompt and completion; the cut minimises the token positions
+    run plus :data:`CALL_TOKENS` per chunk (an exact partition of the sorted rows, ``O(B²)``).
+
+    Args:
+        prompt_widths: ``[B]`` prompt columns each row runs (after a shared prefix, where one runs first).
+        completion_mask: ``[B, T]`` right-padded completions.
+
+    Returns:
+        ``(chunks, cost)``: each chunk's row indices ``[b]`` and the partition's cost in token
+        positions; ``None`` for a batch of fewer than two rows.
+    """
+    total = completion_mask.shape[0]
+    if total < 2:
+        return None
+    lengths = span(completion_mask, leading=False)  # [B]
+    order = torch.sort(lengths, descending=True, stable=True).indices
+    sorted_t = lengths[order].tolist()
+    sorted_p = prompt_widths[order].tolist()
+    best = [0] * (total + 1)  # best[i]: the least cost of rows i.. (sorted); best[total] = 0
+    cut = [total] * (total + 1)  # where the chunk that starts at row i ends
+    for i in range(total - 1, -1, -1):
+        widest_p, best[i] = 0, -1
+        for j in range(i + 1, total + 1):  # chunk i..j-1: its longest completion is row i's
+            widest_p = max(widest_p, sorted_p[j - 1])
+            cost = (j - i) * (widest_p + sorted_t[i]) + CALL_TOKENS + best[j]
+            if best[i] < 0 or cost < best[i]:
+                best[i], cut[i] = cost, j
+    chunks, i = [], 0
+    while i < total:
+        chunks.append(order[i : cut[i]])
+        i = cut[i]
+    return chunks, best[0]
+
+
+def span(mask: Tensor, leading: bool) -> Tensor:
+    """``[B]`` columns each row needs, at least 1: from its first 1 to the end (``leading``: a left-padded
+    prompt), or from the start to its last 1 (a right-padded completion)."""
+    cols = torch.arange(1, mask.shape[1] + 1, device=mask.device)  # [W]
+    if leading:
+        cols = cols.flip(0)
+    return (mask.bool() * cols).amax(dim=1).clamp(min=1)
+
+
+def _one_call_cost(
+    prompt_mask: Tensor,
+    completion_mask: Tensor,
+    prefixes: tuple[Tensor, Tensor] | None,
+    counts: Tensor | None,
+) -> int:
+    """Token positions of the one-call forward, each group's shared prefix run once where ``prefixes``."""
+    rows, width = prompt_mask.shape[0], prompt_mask.shape[1] + completion_mask.shape[1]
+    if prefixes is None or counts is None:
+        return rows * width + CALL_TOKENS
+    shared = prefixes[1]  # [B]
+    rest = int((prompt_mask.sum(dim=1) - shared).max())
+    return len(counts) * int(shared.max()) + rows * (rest + completion_mask.shape[1]) + 2 * CALL_TOKENS
+
+
+def _full_hidden_states(
+    decoder: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+) -> Tensor:
+    """The plain forward of ``prompt + completion``: hidden states ``[B, T, H]`` predicting the completion."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + T]
     attn = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
@@ -302,6 +397,35 @@ def completion_hidden_states(
         input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
     ).last_hidden_state
     return hidden[:, prompt_ids.shape[1] - 1 : -1]  # [B, T, H]
+
+
+def _chunked_hidden_states(
+    decoder: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    chunks: list[Tensor],
+) -> Tensor:
+    """:func:`_full_hidden_states` chunk by chunk (:func:`length_chunks`), each at its own width.
+
+    A chunk drops the prompt's leading columns that are masked in all its rows and the
+    completion's trailing ones (masked keys, and positions no loss reads); position ids come from
+    the mask, so every kept token sees what it sees in the full forward. Positions past a row's
+    completion hold zeros.
+    """
+    width, pieces = completion_ids.shape[1], []
+    for rows in chunks:
+        p_mask, c_mask = prompt_mask[rows], completion_mask[rows]
+        p, t = int(span(p_mask, leading=True).max()), int(span(c_mask, leading=False).max())
+        hidden = _full_hidden_states(
+            decoder, prompt_ids[rows][:, -p:], p_mask[:, -p:], completion_ids[rows][:, :t], c_mask[:, :t]
+        )  # [b, t, H]
+        pieces.append(torch.nn.functional.pad(hidden, (0, 0, 0, width - t)))
+    order = torch.cat(chunks)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return torch.cat(pieces).index_select(0, inverse)  # [B, T, H]
 
 
 def output_weight(model: nn.Module) -> Tensor:
