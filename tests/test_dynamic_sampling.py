@@ -261,9 +261,9 @@ def test_refusals_name_the_option_and_what_it_meets(tiny_model_dir, tmp_path):
             r"DynamicSampling\(max_extra_draws=3\) .* rollout.max_staleness=1",
         ),
     }
-    for name, (build, words) in at_construction.items():
+    for name, (make, words) in at_construction.items():
         with pytest.raises(ValueError, match=words) as e:
-            build()
+            make()
         assert "\n" not in str(e.value), name
     # a role of P·N·m rows: refused at its first step
     solver = module(tiny_model_dir, ChallengerSolverGame(), rollout=ScriptedRollout(max_new_tokens=16))

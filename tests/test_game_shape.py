@@ -16,7 +16,9 @@ def test_the_built_in_names_and_a_class_path_are_counted():
     assert game_shape({}) == (2, 2) and game_shape({"game": "agon", "schedule": "self_play"}) == (1, 2)
     assert game_shape({"game": "grpo"}) == (1, 1)
     assert game_shape({"game": PANEL}) == (3, 3)
-    assert game_shape({"game": {"class_path": "agon_lightning.games.agon.AgonGame", "init_args": {"schedule": "fixed"}}}) == (2, 2)
+    assert game_shape(
+        {"game": {"class_path": "agon_lightning.games.agon.AgonGame", "init_args": {"schedule": "fixed"}}}
+    ) == (2, 2)
 
 
 def test_a_game_that_cannot_be_built_is_named():

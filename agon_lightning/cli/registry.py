@@ -22,9 +22,9 @@ from importlib.metadata import entry_points
 from agon_lightning.data.base import ProblemDataModule
 from agon_lightning.game.formats import FormatCheck
 from agon_lightning.game.rewards import Reward
+from agon_lightning.games.base import Game
 from agon_lightning.rollout.base import Rollout
 from agon_lightning.summarizers.base import Summarizer
-from agon_lightning.games.base import Game
 from agon_lightning.training.sft_data import SFTExamples
 from agon_lightning.verifiers.base import Verifier
 
