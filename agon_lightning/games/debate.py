@@ -27,7 +27,7 @@ from agon_lightning.game.text import extract_answer
 from agon_lightning.game.types import Problem
 from agon_lightning.games.base import Game
 from agon_lightning.games.player import Player
-from agon_lightning.games.records import RoleRollout, StepRecord
+from agon_lightning.games.records import RoleRollout, StepRecord, correct_of
 from agon_lightning.games.spec import GameSpec
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.verifiers.exact import normalize_answer
@@ -163,7 +163,7 @@ class DebateGame(Game):
         a = [opening] + [self.turn(player, DEBATER_A, t, grouped) for t in debate.a[1:]]
         b = [self.turn(player, DEBATER_B, t, grouped) for t in debate.b]
         judged = player.verify(debate.judge.texts, grouped)
-        judge_correct = torch.tensor([v.correct for v in judged], dtype=torch.float32)
+        judge_correct = correct_of(judged)
         # A's side of the debate is the past A's at a league step of one round
         final_a, final_b = debate.a[-1].texts, debate.b[-1].texts
         sided_a, sided_b = (same_answers(debate.judge.texts, final) for final in (final_a, final_b))

@@ -11,7 +11,6 @@ import contextlib
 from types import SimpleNamespace
 from typing import Any
 
-import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
@@ -20,7 +19,7 @@ from agon_lightning.adapters.snapshots import is_slot
 from agon_lightning.game.rewards import Outcomes, RoleRewards, cut_value
 from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.games.player import Rival
-from agon_lightning.games.records import RoleRollout, graded_of, rows_of
+from agon_lightning.games.records import RoleRollout, correct_of, graded_of, rows_of
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.rollout.pipeline import challenge_prompts
 from agon_lightning.strategies import gathered
@@ -96,9 +95,8 @@ class Playing:
         )
         drafts, version = ahead if ahead is not None else (sample_now(), self.version)
         verdicts = self.verify(drafts.texts, [p for p in problems for _ in range(n)])
-        correct = torch.tensor([v.correct for v in verdicts], dtype=torch.float32)
         return RoleRollout(
-            adapter, drafts, verdicts, correct, role=role, versions=rows_of(version, len(drafts))
+            adapter, drafts, verdicts, correct_of(verdicts), role=role, versions=rows_of(version, len(drafts))
         )
 
     def verify(self, texts: list[str], problems: list[Problem]) -> list[Verdict]:
