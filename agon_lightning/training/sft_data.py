@@ -13,6 +13,7 @@ it importing a testbed; Countdown brings its own (``countdown``:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -68,6 +69,20 @@ class SFTExamples(ABC):
     @abstractmethod
     def evaluate(self, problems: list[Problem], seed: int) -> list[SFTExample]:
         """The held-out examples: each problem as a drafter, and as a challenger."""
+
+    #: Judges a state a trace passes through (posed as a problem): ``True`` if it is held out.
+    held_out_state: Callable[[Problem], bool] | None = None
+
+    def hold_out_states(self, held_out: Callable[[Problem], bool] | None) -> None:
+        """Keep the statements ``held_out`` judges out of the states the training traces pass through.
+
+        A task whose traces pose sub-problems of the same space (a Countdown search leaves a
+        smaller Countdown problem after each step) must not show a held-out problem as a sub-step:
+        its builder reads ``held_out_state`` and draws such an example again. A builder whose
+        traces pose no other problem ignores it. :class:`SFTDataModule` calls this with its
+        ``holdout``.
+        """
+        self.held_out_state = held_out
 
 
 def default_examples(challenge_fraction: float | None, rival_mix: dict[str, float] | None) -> SFTExamples:
@@ -148,6 +163,8 @@ class SFTDataModule(ReasoningGymDataModule):
                 f"arithmetic examples; {type(examples).__name__} carries its own proportions"
             )
         self.examples = examples if examples is not None else default_examples(challenge_fraction, rival_mix)
+        if holdout is not None:  # a held-out problem is not shown as a sub-step of a training trace either
+            self.examples.hold_out_states(holdout.held_out)
         self.train_tasks = train_tasks
 
     def load_train(self) -> list[Problem]:

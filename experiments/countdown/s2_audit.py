@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -31,38 +30,8 @@ import yaml
 
 from agon_lightning.game.names import ALPHA
 from agon_lightning.game.types import Problem
-from agon_lightning.testbeds.countdown.sft import target_of
+from agon_lightning.testbeds.countdown.states import Statement, passes_through, statement_of, target_of
 from agon_lightning.testbeds.countdown.summarizer import countdown_numbers
-from agon_lightning.testbeds.countdown.task import CLAIM, MISS, SLIP, VERDICT, Step, after
-
-#: A statement: the target and the sorted numbers.
-Statement = tuple[int, tuple[int, ...]]
-THINK = re.compile(r"<think>(.*?)</think>", re.S)
-
-
-def statement_of(problem: Problem) -> Statement:
-    return target_of(problem), tuple(sorted(countdown_numbers(problem)))
-
-
-def passes_through(completion: str, numbers: list[int], target: int) -> list[tuple[Statement, bool]]:
-    """Each attempt of ``completion``'s trace as the 3-number state its first step leaves (the same
-    target, the three values left) and whether the attempt hits the target from there.
-
-    A challenger's check line (claims with verdicts) is not an attempt; an attempt whose first step
-    is wrong (a slip) or uses a value that is not given leaves no state.
-    """
-    match = THINK.search(completion)
-    out = []
-    for line in (match[1] if match else "").splitlines():
-        if VERDICT.search(line):
-            continue
-        steps = [Step(int(a), op, int(b), int(c)) for a, op, b, c in CLAIM.findall(line)]
-        left = after(numbers, steps[:1]) if steps and steps[0].correct else None
-        if left is None or len(left) != 3:
-            continue
-        hit = not line.endswith((f"|{MISS}", SLIP)) and all(s.correct for s in steps)
-        out.append(((target, tuple(sorted(left))), hit and steps[-1].result == target))
-    return out
 
 
 def exposure(completions: Iterable[tuple[Problem, str]], held_out: set[Statement]) -> dict:

@@ -21,6 +21,7 @@ import random
 from collections.abc import Sequence
 
 from agon_lightning.game.types import Problem
+from agon_lightning.testbeds.countdown.states import state_problem, states, target_of
 from agon_lightning.testbeds.countdown.summarizer import CountdownSummarizer, countdown_numbers
 from agon_lightning.testbeds.countdown.task import (
     ORDERINGS,
@@ -40,13 +41,10 @@ from agon_lightning.testbeds.countdown.task import (
 )
 from agon_lightning.training.sft_data import RIVALS, SFTExample, SFTExamples
 
+REDRAWS = 64  # draws of an example whose trace passes through a held-out state, before its problem is dropped
+
 DEFAULT_RIVAL_MIX = {"right": 0.25, "slipped": 0.35, "partial": 0.25, "empty": 0.15}
 DEFAULT_ORDERINGS = {"random": 0.4, "closest": 0.4, "largest": 0.2}
-
-
-def target_of(problem: Problem) -> int:
-    """The target of a reasoning-gym ``countdown`` problem."""
-    return int(problem.metadata["entry"]["metadata"]["target"])
 
 
 def slipped_path(path: Sequence[Step], at: int, slip: int) -> tuple[Step, ...]:
@@ -224,13 +222,39 @@ class CountdownExamples(SFTExamples):
         return SFTExample(problem, str(completion), draft, rival)
 
     def build(self, problems: list[Problem], seed: int) -> list[SFTExample]:
+        """One example per problem; with held-out states (:meth:`hold_out_states`), none passes through one.
+
+        An example whose completion, or whose rival's draft, passes through a held-out statement
+        (:func:`~agon_lightning.testbeds.countdown.states.states`) is drawn again from the same
+        random stream, up to :data:`REDRAWS` times; a problem with no clean draw is dropped. What
+        was redrawn and dropped is kept in ``last_build``.
+        """
         rng = random.Random(seed)
         kinds, weights = list(self.rival_mix), list(self.rival_mix.values())
-        examples = []
+        examples, redrawn, dropped = [], 0, 0
         for problem in problems:
             rival = rng.choices(kinds, weights)[0] if rng.random() < self.challenge_fraction else None
-            examples.append(self.example(problem, rival, rng))
+            for _ in range(REDRAWS):
+                example = self.example(problem, rival, rng)
+                if not self._touches_held_out(example):
+                    examples.append(example)
+                    break
+                redrawn += 1
+            else:
+                dropped += 1
+        self.last_build = {"problems": len(problems), "redrawn": redrawn, "dropped": dropped}
         return examples
+
+    def _touches_held_out(self, example: SFTExample) -> bool:
+        """Whether the example's completion or its rival's draft passes through a held-out state."""
+        held_out = self.held_out_state
+        if held_out is None:
+            return False
+        numbers, target = countdown_numbers(example.problem), target_of(example.problem)
+        seen = states(example.target, numbers, target)
+        if example.rival_draft is not None:
+            seen |= states(example.rival_draft, numbers, target)
+        return any(held_out(state_problem(example.problem, state)) for state in seen)
 
     def evaluate(self, problems: list[Problem], seed: int) -> list[SFTExample]:
         rng = random.Random(seed)
