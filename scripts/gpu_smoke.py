@@ -5,7 +5,8 @@
     python scripts/gpu_smoke.py --variant league --strategies single --model-dir /tmp/qwen3 ...
 
 For each strategy (one device, FSDP2, DeepSpeed ZeRO-2, ZeRO-3) and each rollout backend (our
-HF decode loop, vLLM), a fresh process runs ``--steps`` Agon steps of the default config
+HF decode loop, vLLM; ``--rollouts hf_static`` adds the decode loop with a static cache and its
+step compiled, CUDA graphs on a GPU), a fresh process runs ``--steps`` Agon steps of the default config
 (``configs/agon.yaml``, callbacks included) with the strategy's shipped overlay, bf16 base
 weights, and prints one table (step time, generation tokens/s, peak memory, adapters/base,
 steps skipped as non-finite, how far each adapter moved, the engine/trainer log-prob
@@ -62,6 +63,8 @@ RANK_LENGTHS = {
     "deepspeed_zero3": "configs/strategy/deepspeed_zero3.yaml",
 }
 ROLLOUTS = ("hf", "vllm")
+# Also runnable by name: the HF decode loop with a static cache and its step compiled (CUDA graphs on a GPU).
+EXTRA_ROLLOUTS = ("hf_static",)
 CASES = ("plain", "rank_lengths")
 
 
@@ -126,6 +129,12 @@ def cli_args(
         "--model.validate_at_start=false", "--model.grpo.num_generations=4", "--data.init_args.batch_size=4",
         f"--trainer.default_root_dir={root}",
     ]  # fmt: skip
+    if rollout == "hf_static":
+        mode = "default" if cpu else "reduce-overhead"
+        args += [
+            "--model.rollout.init_args.static_cache=true",
+            f"--model.rollout.init_args.compile_mode={mode}",
+        ]
     if rollout == "vllm":
         args += ["--model.rollout=vllm", "--model.rollout.init_args.enforce_eager=true"]
         args += ["--model.rollout.init_args.kv_cache_memory_gib=0.25"] if cpu else [
@@ -272,7 +281,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
-    parser.add_argument("--rollouts", nargs="+", default=list(ROLLOUTS), choices=ROLLOUTS)
+    parser.add_argument("--rollouts", nargs="+", default=list(ROLLOUTS), choices=ROLLOUTS + EXTRA_ROLLOUTS)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     parser.add_argument("--variant", default="agon", help="a shipped variant (configs/experiments/NAME.yaml)")
     parser.add_argument("--model-dir", help="build the random model here once; reuse it when it is there")

@@ -80,6 +80,10 @@ SMOKES: dict[str, Smoke] = {
     "bench_levers": Smoke(
         f"--beta 0.04 --repeats 1 {TINY} {OUT}", "levers_grpo.json", ("environment", "workload", "table", "results")
     ),
+    "bench_decode_paths": Smoke(
+        f"--smoke {OUT}", "decode_paths.json", ("environment", "results", "table", "gpu"),
+        check=lambda d: all(r["same_tokens_as_loop"] for r in d["results"]),
+    ),
     "bench_dynamic_sampling": Smoke(f"--smoke {OUT}", "dynamic_sampling.json", ("environment", "runs", "table")),
     "bench_logprobs": Smoke(
         f"--batch 1 --lengths 8 --vocab 256 --hidden 8 --chunk 4 {OUT}", "logprobs.json", ("environment", "results")

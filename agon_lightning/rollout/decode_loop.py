@@ -399,12 +399,22 @@ class _Cache:
 
 
 def _forward(
-    w: Weights, x: Tensor, cache: _Cache, start: int, cos: Tensor, sin: Tensor, mask: Tensor
+    w: Weights,
+    x: Tensor,
+    cache: _Cache,
+    start: int,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
+    slot: Tensor | None = None,
 ) -> Tensor:
     """Run ``x`` ``[B, S, H]`` (positions ``start … start+S-1`` of the cache) through every layer.
 
     ``cos``/``sin`` ``[B, 1, S, d]`` (``sin`` signed for :func:`_rotate`); ``mask`` ``[B, 1, S,
-    start+S]`` (True = may attend).
+    start+S]`` (True = may attend). With ``slot`` (a one-element index tensor, ``S`` = 1: the
+    static-shape step of :mod:`agon_lightning.rollout.static_decode`), the new keys and values are
+    written at ``slot`` and attention runs over the whole cache under ``mask`` ``[B, 1, 1,
+    capacity]``: every shape of the step is then the same from one token to the next.
     """
     b, s, _ = x.shape
     q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
@@ -421,12 +431,16 @@ def _forward(
             k = _rms_norm(k, layer.k_norm, w.eps)
         q = _rotate(q.transpose(1, 2), cos, sin)  # [B, heads, S, d]
         k = _rotate(k.transpose(1, 2), cos, sin)
-        cache.keys[i][:, :, start : start + s] = k
-        cache.values[i][:, :, start : start + s] = v.view(b, s, w.kv_heads, w.head_dim).transpose(1, 2)
+        v = v.view(b, s, w.kv_heads, w.head_dim).transpose(1, 2)
+        if slot is None:
+            cache.keys[i][:, :, start : start + s] = k
+            cache.values[i][:, :, start : start + s] = v
+            keys, values = cache.keys[i][:, :, : start + s], cache.values[i][:, :, : start + s]
+        else:
+            keys, values = cache.keys[i].index_copy_(2, slot, k), cache.values[i].index_copy_(2, slot, v)
         o = F.scaled_dot_product_attention(
-            q, cache.keys[i][:, :, : start + s], cache.values[i][:, :, : start + s], attn_mask=mask,
-            scale=w.scaling, enable_gqa=w.heads != w.kv_heads,
-        )  # [B, heads, S, d]  # fmt: skip
+            q, keys, values, attn_mask=mask, scale=w.scaling, enable_gqa=w.heads != w.kv_heads
+        )  # [B, heads, S, d]
         x = x + _linear(o.transpose(1, 2).reshape(b, s, q_size), layer.o, layer.o_bias, layer.o_lora)
         h = _rms_norm(x, layer.ln2, w.eps)
         gate, up = _linear(h, layer.gate_up, layer.gate_up_bias, layer.gate_up_lora).split(
@@ -476,6 +490,49 @@ def check_prompt_fits(attn: Tensor, context: int | None) -> None:
         )
 
 
+def rotary_tables(w: Weights, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(cos, signed sin)`` ``[length, d]`` for positions ``0 … length-1`` (``sin`` signed for :func:`_rotate`)."""
+    table_cos, table_sin = w.rotary(torch.arange(length, device=device)[None], w.embed.dtype)
+    half = w.head_dim // 2
+    return table_cos[0], torch.cat([-table_sin[0, :, :half], table_sin[0, :, half:]], dim=-1)
+
+
+def prefill(
+    w: Weights,
+    ids: Tensor,
+    attn: Tensor,
+    counts: Tensor | None,
+    capacity: int,
+    table_cos: Tensor,
+    table_sin: Tensor,
+) -> tuple[_Cache, Tensor]:
+    """The cache ``capacity`` positions wide holding each row's prompt, and each row's last hidden state ``[B, H]``.
+
+    Each distinct prompt (``counts`` consecutive rows share one; ``None``: every row its own) is
+    prefilled once: causal within the prompt, left padding masked (a padding query sees itself,
+    so no row of the softmax is empty); its cache is then repeated for the rows that share it.
+    """
+    device = ids.device
+    total, width = ids.shape
+    if counts is None:
+        counts = torch.ones(total, dtype=torch.long, device=device)
+    first = torch.cumsum(counts, 0) - counts  # each distinct prompt's first row
+    p_ids, p_attn = ids[first], attn[first].bool()
+    positions = (p_attn.long().cumsum(-1) - 1).clamp(min=0)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    mask = (causal & p_attn[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
+    cache = _Cache(w, len(first), capacity, w.embed)
+    x = _forward(
+        w, F.embedding(p_ids, w.embed), cache, 0, table_cos[positions][:, None], table_sin[positions][:, None],
+        mask[:, None],
+    )[:, -1]  # fmt: skip
+    repeat = torch.repeat_interleave(torch.arange(len(first), device=device), counts.to(device))  # [B]
+    if len(first) != total:
+        cache.select(repeat)
+        x = x.index_select(0, repeat)
+    return cache, x
+
+
 @torch.no_grad()
 def decode(
     w: Weights,
@@ -505,27 +562,8 @@ def decode(
     check_prompt_fits(attn, w.context)
     eos = torch.tensor(eos_ids, device=device)
     capacity = width + min(max_new_tokens, CACHE_CHUNK)
-    table_cos, table_sin = w.rotary(torch.arange(width + max_new_tokens, device=device)[None], w.embed.dtype)
-    half = w.head_dim // 2
-    table_cos, table_sin = table_cos[0], torch.cat([-table_sin[0, :, :half], table_sin[0, :, half:]], dim=-1)
-    if counts is None:
-        counts = torch.ones(total, dtype=torch.long, device=device)
-    first = torch.cumsum(counts, 0) - counts  # each distinct prompt's first row
-    # Prefill each distinct prompt once: causal within the prompt, left padding masked (a padding
-    # query sees itself, so no row of the softmax is empty).
-    p_ids, p_attn = ids[first], attn[first].bool()
-    positions = (p_attn.long().cumsum(-1) - 1).clamp(min=0)
-    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-    mask = (causal & p_attn[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
-    cache = _Cache(w, len(first), capacity, w.embed)
-    x = _forward(
-        w, F.embedding(p_ids, w.embed), cache, 0, table_cos[positions][:, None], table_sin[positions][:, None],
-        mask[:, None],
-    )[:, -1]  # fmt: skip
-    repeat = torch.repeat_interleave(torch.arange(len(first), device=device), counts.to(device))  # [B]
-    if len(first) != total:
-        cache.select(repeat)
-        x = x.index_select(0, repeat)
+    table_cos, table_sin = rotary_tables(w, width + max_new_tokens, device)
+    cache, x = prefill(w, ids, attn, counts, capacity, table_cos, table_sin)
     valid = torch.zeros(total, capacity, dtype=torch.bool, device=device)
     valid[:, :width] = attn.bool()
     position = attn.long().sum(dim=1)  # [B] the position of each row's next token

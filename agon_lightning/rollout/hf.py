@@ -19,6 +19,7 @@ from agon_lightning.adapters.peft_boundary import base_model, our_name, peft_nam
 from agon_lightning.adapters.shared_prompt import cache_argument, plain_cache, prompt_cache, prompt_groups
 from agon_lightning.infra.errors import UsageError
 from agon_lightning.rollout import decode_loop as decode
+from agon_lightning.rollout import static_decode as static
 from agon_lightning.rollout.base import (
     Rollout,
     RolloutBatch,
@@ -64,6 +65,12 @@ class HFRollout(Rollout):
             module): there a model the loop cannot sample stops with the reason.
         max_staleness: 0 only: this backend samples the very weights the update changes, so it
             cannot sample ahead of it (a ValueError names any other value).
+        static_cache: Run the decode loop with every shape fixed (a cache as wide as prompt +
+            ``max_new_tokens``, every row to the end; :mod:`agon_lightning.rollout.static_decode`):
+            for an accelerator, where a step's launches cost more than its arithmetic. Greedy
+            tokens are the decode loop's; on a CPU the shrinking batch of the default is faster.
+        compile_mode: With ``static_cache``, compile the decode step (``reduce-overhead``: CUDA
+            graphs on a GPU; ``default``: fused kernels); ``None``: not compiled.
     """
 
     def __init__(
@@ -76,6 +83,8 @@ class HFRollout(Rollout):
         merge_adapter: bool = True,
         fused_decode: bool = True,
         max_staleness: int = 0,
+        static_cache: bool = False,
+        compile_mode: str | None = None,
     ) -> None:
         self._keep_sampling(max_new_tokens, temperature, top_p, top_k)
         self._keep_staleness(max_staleness)
@@ -84,6 +93,17 @@ class HFRollout(Rollout):
         self.max_batch_size = max_batch_size
         self.merge_adapter = merge_adapter
         self.fused_decode = fused_decode
+        if compile_mode not in static.COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {static.COMPILE_MODES}, got {compile_mode!r}")
+        if compile_mode is not None and not static_cache:
+            raise ValueError(
+                f"compile_mode={compile_mode!r} compiles the static-shape decode step: set static_cache=True "
+                "(the default loop's shapes change every token, so a compiled step would recompile)"
+            )
+        if static_cache and not fused_decode:
+            raise ValueError("static_cache=True is a mode of the decode loop: it needs fused_decode=True")
+        self.static_cache = static_cache
+        self.compile_mode = compile_mode
 
     def generate(self, model, tokenizer, prompts, num_samples=1, greedy=False, adapter_names=None):
         check_generate_args(prompts, adapter_names)
@@ -209,10 +229,12 @@ class HFRollout(Rollout):
             for start in range(0, len(index), step):
                 part = index[start : start + step]
                 part_ids, part_attn = ids[part], attn[part]
-                out, logp = decode.decode(
-                    weights, part_ids, part_attn, self.max_new_tokens, eos_ids, pad_id, sampling,
-                    prompt_groups(part_ids, part_attn),
-                )  # fmt: skip
+                args = (weights, part_ids, part_attn, self.max_new_tokens, eos_ids, pad_id, sampling,
+                        prompt_groups(part_ids, part_attn))  # fmt: skip
+                if self.static_cache:
+                    out, logp = static.decode_static(*args, compile_mode=self.compile_mode)
+                else:
+                    out, logp = decode.decode(*args)
                 pieces.append((part, out, logp))
         width = max(out.shape[1] for _, out, _ in pieces)
         completion = ids.new_full((ids.shape[0], width), pad_id)
