@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from agon_lightning.testbeds.countdown.preconditions import (
     blind_step,
@@ -73,3 +74,31 @@ def test_the_oracle_sees_that_a_drafter_that_never_gives_up_leaves_failed_drafts
     assert all(
         0 <= new[k] <= 1 for k in ("pass@1_main", "pass@1_hard", "length_cv", "mode/failed_with_summary")
     )
+
+
+def test_a_trained_bundle_is_measured_with_its_drafter_drafting_and_its_answerer_reading(tmp_path) -> None:
+    # The summary ablation on trained adapters (S3's diagnostics): the same measures, the bundle's
+    # drafter drafting, its answerer reading the summaries (real, another problem's, empty).
+    from agon_lightning.adapters.policy import LoraOptions
+    from agon_lightning.deploy.bundle import save_bundle
+    from agon_lightning.testbeds.countdown.preconditions import generate, measure
+    from agon_lightning.training.module import AgonModule
+
+    module = AgonModule(model_name_or_path="agon:tiny-countdown", lora=LoraOptions(r=4))
+    module.configure_model()
+    generator = torch.Generator().manual_seed(0)
+    for name, param in module.policy.named_parameters():
+        if "lora_B" in name and ".beta" in name:
+            param.data.copy_(torch.randn(param.shape, generator=generator) * 0.5)  # beta: far from the base
+    bundle = save_bundle(module, tmp_path / "bundle")
+    setup = load("configs/countdown.yaml", "ignored", limit=3, bundle=str(bundle))
+    assert (setup.drafter, setup.answerer) == ("alpha", "beta")
+    prompts = [setup.prompts.draft_prompt(setup.tokenizer, p) for p in setup.problems]
+    base, alpha, beta = (generate(setup, prompts, adapter=a)[0] for a in (None, "alpha", "beta"))
+    assert alpha == base != beta  # alpha is zero-initialised: the base's drafts; beta's differ
+    values = measure(setup, samples=1, log=lambda _: None)
+    assert {"failed_real", "failed_other", "failed_empty", "real_minus_other"} <= set(
+        values["by_split"]["main"]
+    )
+    with pytest.raises(ValueError, match="'gamma' is not an adapter"):
+        load("configs/countdown.yaml", "ignored", limit=3, bundle=str(bundle), answerer="gamma")

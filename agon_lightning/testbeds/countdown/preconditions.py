@@ -1,4 +1,4 @@
-"""The Countdown testbed's preconditions, measured on a base alone (no adapter is trained).
+"""The Countdown testbed's preconditions, measured on a base alone, or on a trained bundle's adapters.
 
 Each precondition, its measurement and its threshold are fixed in
 ``benchmarks/results/countdown/README.md`` (section 4) before they were first measured; this
@@ -6,6 +6,12 @@ script measures all of them on any base, prints the table and writes it as JSON:
 
     python -m agon_lightning.testbeds.countdown.preconditions                       # agon:tiny-countdown
     python -m agon_lightning.testbeds.countdown.preconditions --base runs/tiny-countdown --out /tmp/pre.json
+    python -m agon_lightning.testbeds.countdown.preconditions --bundle RUN/checkpoints/last --out /tmp/trained.json
+
+With ``--bundle`` the same measures run on a trained run's adapters: the bundle's drafter drafts
+(``--drafter`` to choose another) and its answerer reads the summaries and judges the rivals'
+claims (``--answerer``), so the summary ablation (a failed draft's real summary against another
+problem's and an empty one) is measured on what training made of the pair.
 
 Prompts, summarizer, verifier, cap and held-out sets come from ``--config``
 (``configs/countdown.yaml``): what is measured is what a run of that config starts from.
@@ -131,22 +137,53 @@ class Setup:
     verifier: object
     rollout: object
     problems: list[Problem]
+    drafter: str | None = None  # the adapter that drafts (None: the base)
+    answerer: str | None = None  # the adapter that reads summaries and judges claims (None: the base)
+    adapters: bool = False  # whether ``model`` carries adapters (a bundle's)
 
 
-def load(config: str, base: str, limit: int = 0) -> Setup:
-    """The base model and the config's components and held-out problems (``limit``: the first
-    that many of each split, 0: all)."""
+def load(
+    config: str,
+    base: str,
+    limit: int = 0,
+    bundle: str | None = None,
+    drafter: str | None = None,
+    answerer: str | None = None,
+) -> Setup:
+    """The base model (or a bundle's adapters on their base) and the config's components and
+    held-out problems (``limit``: the first that many of each split, 0: all).
+
+    With ``bundle``, ``base`` is ignored for the bundle's own ``base_model``; ``drafter`` and
+    ``answerer`` default to the bundle's (an adapter it does not hold is refused with the names it does).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agon_lightning.cli import AgonCLI
     from agon_lightning.infra.model_source import resolve_model_path
 
+    meta = None
+    if bundle is not None:
+        from agon_lightning.deploy.bundle import read_bundle
+
+        meta = read_bundle(bundle)
+        base = meta["base_model"]
+        drafter, answerer = drafter or meta["drafter"], answerer or meta["answerer"]
+        for role, name in (("drafter", drafter), ("answerer", answerer)):
+            if name not in meta["adapters"]:
+                raise ValueError(
+                    f"{role}={name!r} is not an adapter of {bundle} (it holds {meta['adapters']})"
+                )
     cli = AgonCLI(args=["--config", config, f"--model.model_name_or_path={base}"], run=False)
     cli.datamodule.setup("validate")
-    path = resolve_model_path(base)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    if meta is not None:
+        from agon_lightning.deploy.bundle import load_adapters
+
+        model, tokenizer = load_adapters(bundle, meta, meta["adapters"])
+    else:
+        path = resolve_model_path(base)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
     m = cli.model
     problems = cli.datamodule.val_problems
     if limit:
@@ -156,18 +193,31 @@ def load(config: str, base: str, limit: int = 0) -> Setup:
             if (mine := [p for p in problems if p.metadata.get(SPLIT, "main") == name])
             for p in mine[:limit]
         ]
-    return Setup(model, tokenizer, m.prompts, m.summarizer, m.verifier, m.rollout, problems)
+    return Setup(model, tokenizer, m.prompts, m.summarizer, m.verifier, m.rollout, problems, drafter, answerer,
+                 adapters=meta is not None)  # fmt: skip
 
 
-def generate(setup: Setup, prompts: list[str], samples: int = 1, greedy: bool = True, chunk: int = 256):
-    """``(texts, lengths, truncated)`` for every prompt × sample, samples of a prompt adjacent."""
+def generate(
+    setup: Setup,
+    prompts: list[str],
+    samples: int = 1,
+    greedy: bool = True,
+    chunk: int = 256,
+    adapter: str | None = None,
+):
+    """``(texts, lengths, truncated)`` for every prompt × sample, samples of a prompt adjacent,
+    sampled by ``adapter`` of a bundle's model (``None``: the base)."""
+    from agon_lightning.adapters.policy import sample_with
+
     texts, lengths, truncated = [], [], []
     per = max(1, chunk // samples)
     with torch.no_grad():
         for start in range(0, len(prompts), per):
-            out = setup.rollout.generate(
-                setup.model, setup.tokenizer, prompts[start : start + per], samples, greedy
-            )
+            part = prompts[start : start + per]
+            if setup.adapters:
+                out = sample_with(setup.model, setup.rollout, setup.tokenizer, adapter, part, samples, greedy)
+            else:
+                out = setup.rollout.generate(setup.model, setup.tokenizer, part, samples, greedy)
             texts += out.texts
             lengths += out.lengths.tolist()
             truncated += out.truncated.tolist()
@@ -186,11 +236,11 @@ def measure(setup: Setup, samples: int = 8, seed: int = 0, log: Callable[[str], 
     draft_prompts = [setup.prompts.draft_prompt(setup.tokenizer, p) for p in problems]
 
     log("greedy drafts")
-    drafts, _, cut = generate(setup, draft_prompts)
+    drafts, _, cut = generate(setup, draft_prompts, adapter=setup.drafter)
     draft_ok = correct_of(setup, drafts, problems)
 
     log(f"{samples} samples per problem at temperature {setup.rollout.temperature}")
-    texts, lengths, truncated = generate(setup, draft_prompts, samples, greedy=False)
+    texts, lengths, truncated = generate(setup, draft_prompts, samples, greedy=False, adapter=setup.drafter)
     ok = correct_of(setup, texts, [p for p in problems for _ in range(samples)])
     rows = [ok[i * samples : (i + 1) * samples] for i in range(len(problems))]
     sample_lengths = [lengths[i * samples : (i + 1) * samples] for i in range(len(problems))]
@@ -204,7 +254,7 @@ def measure(setup: Setup, samples: int = 8, seed: int = 0, log: Callable[[str], 
         prompts = [
             setup.prompts.challenge_prompt(setup.tokenizer, p, s) for p, s in zip(chosen, with_summaries)
         ]
-        return correct_of(setup, generate(setup, prompts)[0], chosen)
+        return correct_of(setup, generate(setup, prompts, adapter=setup.answerer)[0], chosen)
 
     everyone = list(range(len(problems)))
     reread = answer(summaries, everyone)
@@ -227,7 +277,8 @@ def measure(setup: Setup, samples: int = 8, seed: int = 0, log: Callable[[str], 
     prompts = [
         setup.prompts.challenge_prompt(setup.tokenizer, p, s) for p, s in zip(judged, rivals, strict=True)
     ]
-    counts = [verdict_accuracy(s, c) for s, c in zip(rivals, generate(setup, prompts)[0], strict=True)]
+    judgements = generate(setup, prompts, adapter=setup.answerer)[0]
+    counts = [verdict_accuracy(s, c) for s, c in zip(rivals, judgements, strict=True)]
 
     log("leak rules on the real summaries")
 
@@ -341,17 +392,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=0, help="first N problems of each split (0: all)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--bundle", default=None, help="measure a trained run's bundle (its adapters) instead"
+    )
+    parser.add_argument(
+        "--drafter", default=None, help="with --bundle: the adapter that drafts (default: the bundle's)"
+    )
+    parser.add_argument("--answerer", default=None,
+                        help="with --bundle: the adapter that reads and judges (default: the bundle's)")  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.drafter or args.answerer) and not args.bundle:
+        parser.error("--drafter and --answerer name a bundle's adapters: give --bundle")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    values = measure(load(args.config, args.base, args.limit), args.samples, args.seed)
+    setup = load(args.config, args.base, args.limit, args.bundle, args.drafter, args.answerer)
+    values = measure(setup, args.samples, args.seed)
     text, rows = table(values)
     print("both splits\n" + text)
     per_split = {name: table(v) for name, v in values["by_split"].items()}
     for name, (split_text, _) in per_split.items():
         print(f"\n{name} split\n{split_text}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {BASE: args.base, "config": args.config, "samples": args.samples, "seed": args.seed}
+    record = {BASE: args.base, "config": args.config, "samples": args.samples, "seed": args.seed,
+              "bundle": args.bundle, "drafter": setup.drafter, "answerer": setup.answerer}  # fmt: skip
     args.out.write_text(
         json.dumps(
             {**record, "values": values, "table": rows, "tables": {n: r for n, (_, r) in per_split.items()}},
