@@ -78,13 +78,13 @@ def test_a_compiled_call_of_any_row_count_and_width_meets_few_shapes_and_keeps_i
     from agon_lightning.rollout import static_decode
 
     seen = []
-    real = static_decode._decode
+    real = static_decode.prefill
 
-    def recording(w, ids, *args):
-        seen.append((ids.shape[0], args[-2]))  # rows run, cache width
-        return real(w, ids, *args)
+    def recording(w, ids, attn, counts, capacity, *tables):
+        seen.append((ids.shape[0], capacity))  # rows run, cache width
+        return real(w, ids, attn, counts, capacity, *tables)
 
-    monkeypatch.setattr(static_decode, "_decode", recording)
+    monkeypatch.setattr(static_decode, "prefill", recording)
     policy, tokenizer, prompts = shipped
     three = _sample(policy, tokenizer, prompts[:3], "alpha", fused=True, num_samples=1, static_cache=True,
                     compile_mode="default")  # fmt: skip

@@ -102,28 +102,8 @@ def decode_static(
             if counts is not None:
                 counts = torch.cat([counts[:-1], counts[-1:] + (padded - rows)])
         capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
-    out, logp = _decode(w, ids, attn, max_new_tokens, eos_ids, pad_id, sampling, counts, compile_mode,
-                        check_every, capacity, rows)  # fmt: skip
-    return out[:rows], logp[:rows]
-
-
-def _decode(
-    w: Weights,
-    ids: Tensor,
-    attn: Tensor,
-    max_new_tokens: int,
-    eos_ids: list[int],
-    pad_id: int,
-    sampling: Sampling,
-    counts: Tensor | None,
-    compile_mode: str | None,
-    check_every: int,
-    capacity: int,
-    rows: int,
-) -> tuple[Tensor, Tensor]:
-    """:func:`decode_static` on ``ids`` whose rows past ``rows`` only fill a compiled shape (done from the start)."""
     device = ids.device
-    total, width = ids.shape
+    total, width = ids.shape  # ``total - rows`` rows only fill a compiled shape: done from the start
     eos = torch.tensor(eos_ids, device=device)
     table_cos, table_sin = rotary_tables(w, capacity, device)
     cache, x = prefill(w, ids, attn, counts, capacity, table_cos, table_sin)
@@ -151,4 +131,4 @@ def _decode(
         x = step_fn(w, token, cache, slot, cos, sin, valid[:, None, None, :])
         position = position + 1
     steps_run = int(steps)
-    return out[:, :steps_run], out_logp[:, :steps_run]
+    return out[:rows, :steps_run], out_logp[:rows, :steps_run]
