@@ -54,14 +54,17 @@ def training_length(mean_pass: dict[int, float], cap: int) -> dict:
     }  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, rule=training_length, default_cap: int = 120) -> None:
+    """Read a pilot's archived GRPO runs, print the curve and ``rule``'s reading, write ``pilot.json``."""
     from agon_lightning.experiments.archive import unpack_all
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "pilot", type=Path, help="the pilot sweep's --out, holding archive/grpo/seed_N.tar.gz"
     )
-    parser.add_argument("--cap", type=int, default=120, help="the pilot's steps (part 1: 120)")
+    parser.add_argument(
+        "--cap", type=int, default=default_cap, help=f"the pilot's steps (default {default_cap})"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         runs = [d for d in unpack_all(args.pilot, Path(scratch)) if d.parent.name == "grpo"]
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     steps = sorted(set.intersection(*(set(c) for c in main_curves)))
     mean_main = {s: sum(c[s] for c in main_curves) / len(main_curves) for s in steps}
     mean_hard = {s: sum(c.get(s, float("nan")) for c in hard_curves) / len(hard_curves) for s in steps}
-    reading = training_length(mean_main, args.cap)
+    reading = rule(mean_main, args.cap)
     print(f"GRPO pilot, {len(runs)} seeds: deployed pass@1 against step (mean over seeds)\n")
     print(
         "| step | main | gain over step 0 | hard | "
