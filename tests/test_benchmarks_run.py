@@ -84,6 +84,10 @@ SMOKES: dict[str, Smoke] = {
         f"--smoke {OUT}", "decode_paths.json", ("environment", "results", "table", "gpu"),
         check=lambda d: all(r["same_tokens_as_loop"] for r in d["results"]),
     ),
+    "readme_tables": Smoke(  # the README's performance tables are the results files' (rewrite: run it without --check)
+        f"--check {OUT}", "readme_tables.json", ("environment", "tables", "stale"),
+        check=lambda d: not d["stale"] and len(d["tables"]) >= 6,
+    ),
     "bench_dynamic_sampling": Smoke(f"--smoke {OUT}", "dynamic_sampling.json", ("environment", "runs", "table")),
     "bench_logprobs": Smoke(
         f"--batch 1 --lengths 8 --vocab 256 --hidden 8 --chunk 4 {OUT}", "logprobs.json", ("environment", "results")
