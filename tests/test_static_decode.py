@@ -96,3 +96,18 @@ def test_a_compiled_call_of_any_row_count_and_width_meets_few_shapes_and_keeps_i
     loop = _sample(policy, tokenizer, prompts, "alpha", fused=True, num_samples=1)
     assert torch.equal(five.completion_ids, loop.completion_ids)
     assert three.texts == loop.texts[:3]
+
+
+def test_compiled_calls_reuse_their_cache_buffers_and_read_nothing_a_call_before_left(shipped):  # noqa: F811
+    from agon_lightning.rollout import static_decode
+
+    policy, tokenizer, prompts = shipped
+    loop = _sample(policy, tokenizer, prompts, "alpha", fused=True, num_samples=1)
+    first = _sample(policy, tokenizer, prompts, "beta", fused=True, num_samples=1, static_cache=True,
+                    compile_mode="default")  # fmt: skip
+    kept = {id(t) for c in static_decode._caches.values() for t in c.keys}
+    again = _sample(policy, tokenizer, prompts, "alpha", fused=True, num_samples=1, static_cache=True,
+                    compile_mode="default")  # fmt: skip
+    assert kept & {id(t) for c in static_decode._caches.values() for t in c.keys}  # the same buffers
+    assert torch.equal(again.completion_ids, loop.completion_ids)  # beta's keys left there: never read
+    assert first.texts != again.texts

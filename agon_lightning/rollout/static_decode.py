@@ -14,7 +14,8 @@ step whose shapes and addresses never change. Here:
 - the new token's keys and values are written at a position held in a tensor, and attention
   runs over the whole cache under a mask, so the step is the same call at every position;
 - ``compile_mode`` compiles that step once per shape (``"reduce-overhead"``: CUDA graphs on a
-  GPU; ``"default"``: fused kernels, also on a CPU). So that a run meets few shapes, a compiled
+  GPU; ``"default"``: fused kernels, also on a CPU), writing into cache buffers kept from call to
+  call with their addresses marked static (:func:`kept_cache`). So that a run meets few shapes, a compiled
   call rounds its rows up to a power of two (at least :data:`MIN_ROWS`; the extra rows repeat the
   last prompt and are dropped) and its cache up to a multiple of :data:`CAPACITY_STEP` positions.
 
@@ -47,7 +48,31 @@ from agon_lightning.rollout.decode_loop import (
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 MIN_ROWS = 8  # a compiled call's fewest rows
 CAPACITY_STEP = 64  # a compiled call's cache width is a multiple of this
+KEPT_CACHES = 4  # compiled calls' cache buffers kept for reuse (the most recent shapes)
 _compiled: dict[str, Callable[..., Tensor]] = {}  # one compiled step per mode, per process
+_caches: dict[tuple, _Cache] = {}  # a compiled call's cache buffers, by shape, reused by the next call
+
+
+def kept_cache(w: Weights, rows: int, capacity: int, like: Tensor) -> _Cache:
+    """Cache buffers of this shape that outlive the call, their addresses marked static.
+
+    A compiled step writes its cache in place; CUDA graphs replay only with the same addresses,
+    and ``torch.compile`` records a step that mutates an input only when that input's address
+    is marked static (as ``transformers``' own static cache marks it). So the buffers are
+    allocated once per shape and reused by every later call of that shape (the most recent
+    :data:`KEPT_CACHES` shapes are kept); what a call leaves in them is never read by the next,
+    which writes each prompt over them and masks every position it has not written.
+    """
+    key = (like.device, like.dtype, rows, capacity, w.kv_heads, w.head_dim, len(w.layers))
+    cache = _caches.pop(key, None)
+    if cache is None:
+        cache = _Cache(w, rows, capacity, like)
+        for t in (*cache.keys, *cache.values):
+            torch._dynamo.mark_static_address(t)
+    _caches[key] = cache  # the most recent last
+    while len(_caches) > KEPT_CACHES:
+        _caches.pop(next(iter(_caches)))
+    return cache
 
 
 def _step(
@@ -107,6 +132,12 @@ def decode_static(
     eos = torch.tensor(eos_ids, device=device)
     table_cos, table_sin = rotary_tables(w, capacity, device)
     cache, x = prefill(w, ids, attn, counts, capacity, table_cos, table_sin)
+    if compile_mode is not None:  # the compiled step writes into buffers at fixed addresses
+        kept = kept_cache(w, total, capacity, w.embed)
+        for mine, theirs in ((kept.keys, cache.keys), (kept.values, cache.values)):
+            for dst, src in zip(mine, theirs, strict=True):
+                dst.copy_(src)
+        cache = kept
     step_fn = step_function(compile_mode)
     valid = torch.zeros(total, capacity, dtype=torch.bool, device=device)
     valid[:, :width] = attn.bool()
