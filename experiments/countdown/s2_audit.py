@@ -51,8 +51,9 @@ def exposure(completions: Iterable[tuple[Problem, str]], held_out: set[Statement
     return {"examples": examples, "seen": sorted(seen), "solved": sorted(solved)}
 
 
-def sft_data(config: Path, data_seed: int):
-    """The SFT data module of ``config`` with ``data_seed``, built as ``agon sft`` builds it."""
+def sft_data(config: Path, data_seed: int, **overrides):
+    """The SFT data module of ``config`` with ``data_seed`` (and ``overrides`` of its other
+    arguments, e.g. ``train_size``), built as ``agon sft`` builds it."""
     from jsonargparse import ArgumentParser
 
     from agon_lightning.training.sft_data import SFTDataModule
@@ -61,7 +62,7 @@ def sft_data(config: Path, data_seed: int):
     parser.add_class_arguments(SFTDataModule, "data")
     data = yaml.safe_load(config.read_text())["data"]
     build = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in jsonargparse 4.49
-    return build(parser.parse_object({"data": {**data, "data_seed": data_seed}})).data
+    return build(parser.parse_object({"data": {**data, **overrides, "data_seed": data_seed}})).data
 
 
 def same_outcomes(first: Path, second: Path, keys: tuple[str, ...] = (ALPHA, "cascade_aa")) -> dict:

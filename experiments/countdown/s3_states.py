@@ -7,6 +7,7 @@ first-step states; and the same over the rivals' drafts that challenger examples
 held-out main statements seen as a state, with the builder's redraws and drops::
 
     python -m experiments.countdown.s3_states --out benchmarks/results/countdown/s3/states.json
+    python -m experiments.countdown.s3_states --train-size 192000 --out benchmarks/results/countdown/s3/states_base.json
 
 S2's base, built without the filter, read 374 seen and 223 solved (``../s2/audit.json``).
 """
@@ -28,13 +29,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=Path("configs/sft_countdown.yaml"))
     parser.add_argument("--data-seeds", type=int, nargs="+", default=[50001])
+    parser.add_argument("--train-size", type=int, default=None,
+                        help="training problems (default: the config's; S3's base, amendment A2: 192000)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     record: dict = {"command": " ".join(["python -m experiments.countdown.s3_states", *(argv or sys.argv[1:])]),
                     "per_data_seed": {}}  # fmt: skip
     for seed in args.data_seeds:
         start = time.perf_counter()
-        data = sft_data(args.config, seed)
+        data = sft_data(args.config, seed, **({"train_size": args.train_size} if args.train_size else {}))
         everything = held_out_problems(data.tasks, None, 0, data.question_format, data.holdout)
         held_out = {statement_of(p) for p in everything}
         built = data.examples.build(data.train_problems, data.seed)
