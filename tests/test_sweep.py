@@ -206,6 +206,15 @@ def test_read_run_takes_the_last_evaluation_and_counts_every_rollout_token(tmp_p
         read_run(tmp_path / "g", "moa_untrained", 0, "moa", 1.0)
 
 
+def test_a_game_with_other_roles_counts_its_steps_and_train_time_and_leaves_tokens_uncounted(tmp_path):
+    write_run(tmp_path / "pv", [(0, 0.25, 30.0), (2, 0.5, 20.0)], steps=2)
+    metrics = tmp_path / "pv" / "lightning_logs" / "version_0" / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("train/draft/length", "train/prover/length"))
+    r = read_run(tmp_path / "pv", "prover_verifier", 0, "deployed", wall_s=5.0)
+    assert r.steps == 2 and r.train_s == pytest.approx(4.0)  # not 0 steps and 0 s
+    assert math.isnan(r.rollout_tokens)
+
+
 def test_the_sweep_table_gives_length_per_role_at_the_last_evaluation(tmp_path):
     roles = {"length/p50": 12.0, "length/p90": 30.0, "cap_hit": 0.25,
              "draft/length/p50": 40.0, "draft/length/p90": 64.0, "draft/cap_hit": 0.5}  # fmt: skip

@@ -64,7 +64,7 @@ class RunResult:
     length: float
     base_pass_at_1: float
     steps: int
-    rollout_tokens: int
+    rollout_tokens: float  # nan where the game's roles are not drafts and challenges
     train_s: float
     wall_s: float
     hard_pass_at_1: float = math.nan
@@ -121,9 +121,11 @@ def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) 
     if not evals:
         raise ValueError(f"{metrics} has no val/{key}/pass@1: did the run evaluate?")
     curve = {int(r["step"]): (_float(r, f"val/{key}/pass@1"), _float(r, f"val/{key}/length")) for r in evals}
-    steps = [r for r in rows if r.get("train/draft/length")]
-    tokens = 0
-    if steps:  # rollouts per step: P problems × N drafts (+ N challenges)
+    steps = [r for r in rows if r.get("time/update_s")]  # every game's training steps log their time
+    # Rollout tokens are counted where the roles are drafts and challenges (P problems × N each); another
+    # game samples its own counts a step (rounds, a judge, a solver's votes): not counted, shown as "—".
+    tokens = 0.0 if not steps else math.nan
+    if steps and all(r.get("train/draft/length") for r in steps):
         config = yaml.safe_load((metrics.parent / "config.yaml").read_text())
         per_length = config["model"]["grpo"]["num_generations"] * config["data"]["init_args"]["batch_size"]
         tokens = round(
@@ -269,7 +271,8 @@ def write_report(results: Sequence[RunResult], out: Path, pending: Sequence[str]
         "Final held-out pass@1 (greedy) and mean completion tokens of the deployed policy (cascade alpha → beta; "
         "alpha for `grpo`; alpha → alpha for `self_play`, `self_refine` and `grpo_self_cascade` (read from the "
         "`grpo` runs); base → base for `moa_untrained`; the base for `zero_shot`), mean ± sample std "
-        "over seeds. Rollout tokens: every token sampled in training (drafts + challenges); train time: "
+        "over seeds. Rollout tokens: every token sampled in training (drafts + challenges; — for a game with other "
+        "roles); train time: "
         "generation + update; wall: the whole run, evaluations included.", "",
         "| variant | seeds | pass@1 | length | hard pass@1 | hard length | steps | rollout tokens | train time (s) | wall (s) |",
         "|---|---|---|---|---|---|---|---|---|---|",
