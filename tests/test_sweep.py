@@ -267,6 +267,22 @@ def test_interrupted_sweep_reuses_finished_runs_and_redoes_the_rest(tmp_path, ca
         sweep(runs, BASE, ["--trainer.max_steps=1"], out, fake_runner(calls))
 
 
+def test_a_clean_checkout_resumes_from_the_committed_archives_without_redoing_a_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    runs = plan(["agon"], [0, 1], out, EXPERIMENTS)
+    assert sweep(runs[:1], BASE, [], out, fake_runner([])) == []  # seed 0 finished and archived
+    table = (out / "results.md").read_text()
+    shutil.rmtree(runs[0].directory)  # a clean checkout: git keeps the archive only
+    calls: list[str] = []
+    assert sweep(runs, BASE, [], out, fake_runner(calls)) == []
+    assert calls == ["agon/seed_1"]  # seed 0 not redone
+    assert "agon seed 0: finished earlier, reused" in capsys.readouterr().out
+    assert "| agon | 2 |" in (out / "results.md").read_text() and "| agon | 1 |" in table
+    shutil.rmtree(runs[1].directory)
+    with pytest.raises(SystemExit, match="and its archive"):  # archived with other arguments: refused
+        sweep(runs, BASE, ["--trainer.max_steps=1"], out, fake_runner(calls))
+
+
 def test_report_gives_mean_and_std_over_seeds_and_plots(tmp_path):
     runs = plan(["agon", "moa_untrained"], [0, 1], tmp_path, EXPERIMENTS)
     for run, acc in zip(runs, (0.5, 0.3, 0.7)):

@@ -47,16 +47,20 @@ def archive_run(run_dir: Path, dest: Path) -> Path:
     return dest
 
 
+def unpack(packed: Path, run_dir: Path) -> Path:
+    """``packed``'s files laid out in ``run_dir`` (created); refuses an entry outside it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(packed, "r:gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile() or member.name.startswith("/") or ".." in Path(member.name).parts:
+                raise ValueError(f"{packed}: unexpected entry {member.name!r}")
+        tar.extractall(run_dir, filter="data")
+    return run_dir
+
+
 def unpack_all(out: Path, into: Path) -> list[Path]:
     """Every ``OUT/archive/VARIANT/seed_N.tar.gz`` unpacked to ``INTO/VARIANT/seed_N/``; the run directories."""
-    dirs = []
-    for packed in sorted((out / ARCHIVE).glob("*/seed_*.tar.gz")):
-        run_dir = into / packed.parent.name / packed.name.removesuffix(".tar.gz")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(packed, "r:gz") as tar:
-            for member in tar.getmembers():
-                if not member.isfile() or member.name.startswith("/") or ".." in Path(member.name).parts:
-                    raise ValueError(f"{packed}: unexpected entry {member.name!r}")
-            tar.extractall(run_dir, filter="data")
-        dirs.append(run_dir)
-    return dirs
+    return [
+        unpack(packed, into / packed.parent.name / packed.name.removesuffix(".tar.gz"))
+        for packed in sorted((out / ARCHIVE).glob("*/seed_*.tar.gz"))
+    ]

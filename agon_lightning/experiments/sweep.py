@@ -16,8 +16,9 @@ whose runs the plan then includes. ``--table paper`` runs the paper's rows by de
 ``paper_table.md`` (:mod:`agon_lightning.experiments.paper_table`).
 
 A run is finished when its directory holds :data:`MARKER`, written only after the process
-returned 0; an interrupted sweep re-run with the same arguments skips finished runs and
-redoes unfinished ones from scratch. The marker records the run's arguments, so a changed
+returned 0, or, where its directory is absent (a clean checkout), when its committed archive holds
+one (the archive is then laid out as its directory); an interrupted sweep re-run with the same
+arguments skips finished runs and redoes unfinished ones from scratch. The marker records the run's arguments, so a changed
 command cannot silently mix two settings into one table.
 
 Wall time is measured around the process. What the finished runs measured — the tables, the
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from agon_lightning.experiments.archive import archive_path, archive_run, unpack_all
+from agon_lightning.experiments.archive import archive_path, archive_run, unpack, unpack_all
 from agon_lightning.experiments.paper_table import PAPER_VARIANTS, write_paper_table
 from agon_lightning.experiments.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
 from agon_lightning.infra.errors import CommandParser, UsageError
@@ -128,7 +129,8 @@ def finished(run: Run, argv: list[str]) -> bool:
     if done["argv"] != argv:
         raise SystemExit(
             f"{run.directory} was finished with other arguments:\n  was: {' '.join(done['argv'])}\n"
-            f"  now: {' '.join(argv)}\nUse another --out, or delete that directory to redo it."
+            f"  now: {' '.join(argv)}\nUse another --out, or delete that directory (and its archive under "
+            f"{run.directory.parent.parent / 'archive'}) to redo it."
         )
     return True
 
@@ -180,6 +182,11 @@ def sweep(
     todo = []
     for run in (r for r in runs if not r.derived):
         argv = run.argv(base_config, overrides)
+        packed = archive_path(out, run.variant, run.seed)
+        if packed.is_file() and not run.directory.exists():
+            # A run finished and committed elsewhere (a clean checkout keeps the archive, not the
+            # directory): its archive holds the marker and what the report reads, so it is not redone.
+            unpack(packed, run.directory)
         if finished(run, argv):
             print(f"{run.variant} seed {run.seed}: finished earlier, reused", flush=True)
             if not archive_path(out, run.variant, run.seed).is_file():
