@@ -22,10 +22,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from agon_lightning.experiments.stats import crossed_t
-from experiments.countdown.s2_endpoints import minimum_detectable, outcomes_of, unpacked_runs
+from experiments.countdown.s2_endpoints import minimum_detectable, outcomes_of, table, unpacked_runs
 
 ROWS = ("grpo", "agon", "prover_verifier", "debate", "challenger_solver", "zero_sum")
 REFERENCE = "grpo"
@@ -48,19 +46,6 @@ def deployed_key(run_dir: Path) -> str:
     return resolve_key(latest_metrics(run_dir).parent, "deployed")
 
 
-def paired(runs: dict, row: str, split: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """``row``'s and the reference's deployed outcomes ``[seeds, problems]`` over the seeds both archived."""
-    seeds = sorted(s for (v, s) in runs if v == row and (REFERENCE, s) in runs)
-    if not seeds:
-        return None
-    mine = {s: outcomes_of(runs[(row, s)], "deployed", split) for s in seeds}
-    theirs = {s: outcomes_of(runs[(REFERENCE, s)], "deployed", split) for s in seeds}
-    questions = sorted(set.intersection(*(set(mine[s]) & set(theirs[s]) for s in seeds)))
-    a = np.array([[mine[s][q] for q in questions] for s in seeds], dtype=float)
-    b = np.array([[theirs[s][q] for q in questions] for s in seeds], dtype=float)
-    return a, b
-
-
 def compute(runs: dict) -> list[dict]:
     out = []
     for row in ROWS:
@@ -80,7 +65,7 @@ def compute(runs: dict) -> list[dict]:
             record[split] = {"per_seed": per_seed, "mean": sum(values) / len(values) if values else None}
             if row == REFERENCE:
                 continue
-            pair = paired(runs, row, tag)
+            pair = table(runs, (row, "deployed"), (REFERENCE, "deployed"), tag, {})
             if pair is None or pair[0].shape[0] < 2 or pair[0].shape[1] < 2:
                 continue  # one seed: no interval over new seeds can be drawn
             d = crossed_t(*pair)

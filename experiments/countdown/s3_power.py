@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agon_lightning.experiments.stats import components
+from agon_lightning.experiments.stats import Components, components, mean_variance
 from experiments.countdown.s2_endpoints import (
     ALPHA_LEVEL,
     POWER,
@@ -74,17 +74,11 @@ def predicted(v: Variances, seeds: int, problems: int) -> tuple[float, float]:
     """
     if seeds < 2 or problems < 2:
         raise ValueError(f"need at least 2 seeds and 2 problems, got {seeds} × {problems}")
-    s, n = seeds, problems
-    terms = [
-        (n * v.seed + v.residual, s - 1),
-        (s * v.problem + v.residual, n - 1),
-        (-v.residual, (s - 1) * (n - 1)),
-    ]
-    total = sum(ms for ms, _ in terms)
-    if total <= v.residual:
-        return math.sqrt(v.residual / (s * n)), float((s - 1) * (n - 1))
-    df = total**2 / sum(ms**2 / d for ms, d in terms)
-    return math.sqrt(total / (s * n)), df
+    expected = Components(
+        seeds, problems, problems * v.seed + v.residual, seeds * v.problem + v.residual, v.residual
+    )
+    var, df = mean_variance(expected)
+    return math.sqrt(var), df
 
 
 def detectable(

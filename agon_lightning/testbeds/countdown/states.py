@@ -34,19 +34,25 @@ def statement_of(problem: Problem) -> Statement:
     return target_of(problem), tuple(sorted(countdown_numbers(problem)))
 
 
+def attempts(completion: str) -> list[tuple[str, list[Step]]]:
+    """Each attempt line of ``completion``'s trace and its claimed steps; a challenger's check line
+    (claims with verdicts) is not an attempt."""
+    match = THINK.search(completion)
+    return [
+        (line, [Step(int(a), op, int(b), int(c)) for a, op, b, c in CLAIM.findall(line)])
+        for line in (match[1] if match else "").splitlines()
+        if not VERDICT.search(line)
+    ]
+
+
 def passes_through(completion: str, numbers: list[int], target: int) -> list[tuple[Statement, bool]]:
     """Each attempt of ``completion``'s trace as the 3-number state its first step leaves (the same
     target, the three values left) and whether the attempt hits the target from there.
 
-    A challenger's check line (claims with verdicts) is not an attempt; an attempt whose first step
-    is wrong (a slip) or uses a value that is not given leaves no state.
+    An attempt whose first step is wrong (a slip) or uses a value that is not given leaves no state.
     """
-    match = THINK.search(completion)
     out = []
-    for line in (match[1] if match else "").splitlines():
-        if VERDICT.search(line):
-            continue
-        steps = [Step(int(a), op, int(b), int(c)) for a, op, b, c in CLAIM.findall(line)]
+    for line, steps in attempts(completion):
         left = after(numbers, steps[:1]) if steps and steps[0].correct else None
         if left is None or len(left) != 3:
             continue
@@ -58,12 +64,8 @@ def passes_through(completion: str, numbers: list[int], target: int) -> list[tup
 def states(completion: str, numbers: list[int], target: int) -> set[Statement]:
     """Every state of ``completion``'s attempts that is a statement (at least 3 numbers left), past
     each correct prefix of steps: after the first step of a 4-number problem, the first two of a 5-number one."""
-    match = THINK.search(completion)
     out: set[Statement] = set()
-    for line in (match[1] if match else "").splitlines():
-        if VERDICT.search(line):
-            continue
-        steps = [Step(int(a), op, int(b), int(c)) for a, op, b, c in CLAIM.findall(line)]
+    for _, steps in attempts(completion):
         for k in range(1, len(steps) + 1):
             if not steps[k - 1].correct:
                 break
