@@ -78,7 +78,7 @@ class EpochShuffleSampler(Sampler[int]):
         return iter(order)
 
 
-class GeneratorShuffleSampler(Sampler[int]):
+class GeneratorShuffleSampler(EpochShuffleSampler):
     """Epoch ``e``'s order of ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))``, from ``(seed, e)`` alone.
 
     Such a loader draws each epoch's permutation from where its generator stands after the
@@ -93,27 +93,14 @@ class GeneratorShuffleSampler(Sampler[int]):
         seed: The seed the plain loader's generator had.
     """
 
-    def __init__(self, size: int, seed: int = 0) -> None:
-        if size < 0:
-            raise ValueError(f"size must be >= 0, got {size}")
-        self.size = size
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.size
-
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator().manual_seed(self.seed)
-        for _ in range(self.epoch):  # each epoch before: its base seed, its order, and the empty remainder's
+        for _ in range(
+            self.epoch
+        ):  # each epoch before: its base seed, its order, the empty remainder's order
             torch.empty((), dtype=torch.int64).random_(generator=generator)
             torch.randperm(self.size, generator=generator)
-            torch.randperm(
-                self.size, generator=generator
-            )  # RandomSampler's draw for the last num_samples % n
+            torch.randperm(self.size, generator=generator)
         torch.empty((), dtype=torch.int64).random_(generator=generator)  # the loader's base-seed draw
         return iter(torch.randperm(self.size, generator=generator).tolist())
 
