@@ -177,3 +177,26 @@ def test_the_baselines_survive_a_checkpoint_and_continue_exactly(tiny_model_dir,
     assert resumed.game.baselines == game.baselines
     with pytest.raises(ValueError, match=r"baselines are for roles \['drafter'\], not \['first', 'second'\]"):
         ZeroSumGame().load_state_dict({"baselines": {"drafter": 0.5}})
+
+
+# ---------------------------------------------------------------------- several processes
+def test_with_two_processes_the_baselines_are_the_mean_over_every_processs_rows():
+    """Rank 0's rows all +1 and rank 1's all -1 average to 0: both ranks' baselines stay 0 (each alone: ±0.75)."""
+    import socket
+
+    import torch.multiprocessing as mp
+    from zero_sum_ranks import baselines_on_rank
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=baselines_on_rank, args=(rank, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert results[0] == results[1] == {FIRST: 0.0, SECOND: 0.0}

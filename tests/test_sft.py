@@ -228,3 +228,59 @@ def test_the_default_examples_are_the_arithmetic_ones_with_the_data_level_shares
         DeprecationWarning, match=r"testbeds\.chain_sum\.sft\.(build_examples|DEFAULT_RIVAL_MIX)"
     ):
         assert sft_data.build_examples is build_examples and sft_data.DEFAULT_RIVAL_MIX is DEFAULT_RIVAL_MIX
+
+
+def test_a_run_resumed_mid_epoch_trains_on_the_batches_an_uninterrupted_run_would(
+    data: SFTDataModule, tmp_path: Path
+) -> None:
+    """Resumed from its step-3 checkpoint, a run sees the straight run's batches 4-6 (not the epoch's first
+    three again) and ends with its weights."""
+
+    class Batches(L.Callback):
+        def __init__(self) -> None:
+            self.seen: list[list[str]] = []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.seen.append([pl_module.prompt(e) + e.target for e in batch])
+
+    def fit_to(module: SFTModule, root: Path, ckpt: str | None = None) -> Batches:
+        batches = Batches()
+        every_3 = L.pytorch.callbacks.ModelCheckpoint(
+            dirpath=root / "ckpt", filename="{step}", every_n_train_steps=3, save_top_k=-1
+        )
+        L.Trainer(
+            max_steps=6, limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, default_root_dir=root, callbacks=[batches, every_3],
+        ).fit(module, datamodule=data, ckpt_path=ckpt)  # fmt: skip
+        return batches
+
+    straight = small_module()
+    whole = fit_to(straight, tmp_path / "straight")
+    step_3 = tmp_path / "straight" / "ckpt" / "step=3.ckpt"
+    # The same checkpoint as a run before the loader kept its place wrote it: the progress counters only.
+    old = torch.load(step_3, weights_only=False)
+    assert old["loops"]["fit_loop"]["state_dict"].pop("combined_loader") == [{"epoch": 0, "batches": 3}]
+    torch.save(old, tmp_path / "old.ckpt")
+    for ckpt in (step_3, tmp_path / "old.ckpt"):
+        resumed = small_module()
+        rest = fit_to(resumed, tmp_path / ckpt.stem, str(ckpt))
+        assert len(whole.seen) == 6 and rest.seen == whole.seen[3:], ckpt.name
+        for (name, a), b in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
+            assert torch.equal(a, b), (ckpt.name, name)
+
+
+def test_the_training_order_is_the_plain_shuffled_loaders_every_epoch(data: SFTDataModule) -> None:
+    """The resumable loader hands out what ``DataLoader(shuffle=True)`` with the seeded generator did."""
+    plain = torch.utils.data.DataLoader(
+        list(range(len(data.train_dataloader().dataset))), batch_size=data.batch_size, shuffle=True,
+        generator=torch.Generator().manual_seed(data.seed), drop_last=True,
+    )  # fmt: skip
+    expected = [[b.tolist() for b in plain] for _ in range(3)]
+    loader = data.train_dataloader()
+    order = []
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)  # what Lightning does at the start of each epoch
+        order.append(
+            [list(batch) for batch in torch.utils.data.BatchSampler(loader.sampler, data.batch_size, True)]
+        )
+    assert order == expected

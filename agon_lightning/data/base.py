@@ -78,6 +78,52 @@ class EpochShuffleSampler(Sampler[int]):
         return iter(order)
 
 
+class GeneratorShuffleSampler(EpochShuffleSampler):
+    """Epoch ``e``'s order of ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))``, from ``(seed, e)`` alone.
+
+    Such a loader draws each epoch's permutation from where its generator stands after the
+    epochs before it (each epoch one draw for its workers' base seed, the permutation, and one more
+    permutation that ``RandomSampler`` draws for an empty remainder once the epoch is read out), so a
+    run resumed mid-epoch cannot rebuild the order; this sampler replays those draws for the
+    epoch Lightning sets. A loader that moves to it keeps the order it had, and with
+    :class:`ResumableDataLoader` a resumed run continues it.
+
+    Args:
+        size: Number of items.
+        seed: The seed the plain loader's generator had.
+    """
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed)
+        for _ in range(
+            self.epoch
+        ):  # each epoch before: its base seed, its order, the empty remainder's order
+            torch.empty((), dtype=torch.int64).random_(generator=generator)
+            torch.randperm(self.size, generator=generator)
+            torch.randperm(self.size, generator=generator)
+        torch.empty((), dtype=torch.int64).random_(generator=generator)  # the loader's base-seed draw
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+
+def restore_loader_position(checkpoint: dict[str, Any]) -> bool:
+    """Give a checkpoint written without its training loader's position the one its progress counters hold.
+
+    A run whose loader kept no state (before it was a :class:`ResumableDataLoader`) still records
+    the epoch it was in and the batches it had trained on; written as the loader's state, a resume
+    continues the epoch instead of starting it over. Returns whether the checkpoint was given one.
+    """
+    loop = checkpoint.get("loops", {}).get("fit_loop")
+    if not loop or loop.get("state_dict", {}).get("combined_loader") is not None:
+        return False
+    try:
+        epoch = int(loop["epoch_progress"]["current"]["processed"])
+        batches = int(loop["epoch_loop.batch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    loop.setdefault("state_dict", {})["combined_loader"] = [{"epoch": epoch, "batches": batches}]
+    return True
+
+
 class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` whose position in the epoch is saved in Lightning checkpoints.
 

@@ -26,6 +26,7 @@ from agon_lightning.games.base import Game
 from agon_lightning.games.player import Player
 from agon_lightning.games.records import RoleRollout, StepRecord
 from agon_lightning.games.spec import GameSpec
+from agon_lightning.strategies import sum_over_processes
 
 FIRST, SECOND = "first", "second"
 METRICS = (
@@ -82,8 +83,8 @@ class ZeroSumGame(Game):
     Advantages (RAE): per role, ``A = r − b_role``, with ``b_role`` an exponential moving
     average of the role's mean reward (starting at 0), updated after the advantages are taken:
     ``b ← decay·b + (1 − decay)·mean(r)``. They are not normalised by a group's spread, so
-    ``grpo.scale_std`` and ``grpo.std`` do not apply. Each process keeps its own baselines,
-    from its own rows.
+    ``grpo.scale_std`` and ``grpo.std`` do not apply. The mean is over every process's rows, so
+    the baselines are the same on all of them (and in the checkpoint rank 0 writes).
 
     At a step the league plays (``model.league``), the second reads a past version of alpha's
     first-side answers instead and is paid against them; the first is paid against the second's
@@ -149,12 +150,14 @@ class ZeroSumGame(Game):
         """
         zero_std = []
         self._used = dict(self.baselines)
-        for role in roles:
+        # Each role's reward sum and row count over every process: the baselines stay alike on all of them.
+        sums = sum_over_processes(
+            torch.tensor([[float(r.rewards.float().sum()), float(r.rewards.numel())] for r in roles], dtype=torch.float64)
+        )  # fmt: skip
+        for role, (total, rows) in zip(roles, sums.tolist(), strict=True):
             baseline = self.baselines[role.role]
             role.advantages = role.rewards.float() - baseline
-            self.baselines[role.role] = moving_average(
-                baseline, float(role.rewards.float().mean()), self.decay
-            )
+            self.baselines[role.role] = moving_average(baseline, total / max(rows, 1.0), self.decay)
             zero_std.append(agreeing_groups(role.rewards, role.group_size or num_generations))
         return torch.cat(zero_std)
 

@@ -411,7 +411,7 @@ def _forward(
     """Run ``x`` ``[B, S, H]`` (positions ``start … start+S-1`` of the cache) through every layer.
 
     ``cos``/``sin`` ``[B, 1, S, d]`` (``sin`` signed for :func:`_rotate`); ``mask`` ``[B, 1, S,
-    start+S]`` (True = may attend). With ``slot`` (a one-element index tensor, ``S`` = 1: the
+    start+S]`` (True = may attend; or the scores it adds, :func:`additive_mask`). With ``slot`` (a one-element index tensor, ``S`` = 1: the
     static-shape step of :mod:`agon_lightning.rollout.static_decode`), the new keys and values are
     written at ``slot`` and attention runs over the whole cache under ``mask`` ``[B, 1, 1,
     capacity]``: every shape of the step is then the same from one token to the next.
@@ -438,9 +438,15 @@ def _forward(
             keys, values = cache.keys[i][:, :, : start + s], cache.values[i][:, :, : start + s]
         else:
             keys, values = cache.keys[i].index_copy_(2, slot, k), cache.values[i].index_copy_(2, slot, v)
-        o = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, scale=w.scaling, enable_gqa=w.heads != w.kv_heads
-        )  # [B, heads, S, d]
+        if s == 1:  # one new token: the query heads of a key/value head are the rows of one product
+            o = F.scaled_dot_product_attention(
+                q.reshape(b, w.kv_heads, w.heads // w.kv_heads, w.head_dim), keys, values, attn_mask=mask,
+                scale=w.scaling,
+            ).reshape(b, w.heads, 1, w.head_dim)  # fmt: skip
+        else:
+            o = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=w.scaling, enable_gqa=w.heads != w.kv_heads
+            )  # [B, heads, S, d]
         x = x + _linear(o.transpose(1, 2).reshape(b, s, q_size), layer.o, layer.o_bias, layer.o_lora)
         h = _rms_norm(x, layer.ln2, w.eps)
         gate, up = _linear(h, layer.gate_up, layer.gate_up_bias, layer.gate_up_lora).split(
@@ -448,6 +454,11 @@ def _forward(
         )
         x = x + _linear(w.act(gate) * up, layer.down, layer.down_bias, layer.down_lora)
     return x
+
+
+def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """``mask`` (True = may attend) as the ``0`` / ``-inf`` scores attention adds, the form it would build in every layer."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 def _next_tokens(
@@ -597,8 +608,7 @@ def decode(
             valid = torch.cat([valid, valid.new_zeros(len(rows), cache.capacity - valid.shape[1])], dim=1)
         valid[:, slot] = True
         cos, sin = table_cos[position][:, None, None], table_sin[position][:, None, None]
-        x = _forward(
-            w, F.embedding(token[:, None], w.embed), cache, slot, cos, sin, valid[:, None, None, : slot + 1]
-        )[:, 0]  # fmt: skip
+        mask = additive_mask(valid[:, None, None, : slot + 1], x.dtype)  # once for every layer
+        x = _forward(w, F.embedding(token[:, None], w.embed), cache, slot, cos, sin, mask)[:, 0]
         position = position + 1
     return out[:, :steps], out_logp[:, :steps]

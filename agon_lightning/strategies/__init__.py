@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from agon_lightning.game.names import BASE
 from agon_lightning.infra.errors import UsageError
 
+from .collectives import sum_over_processes
 from .fsdp2 import FSDP2Strategy
 from .gather import full_tensors, gathered, local, local_grads, whole_parameter
 from .zero import DeepSpeedZeroStrategy
@@ -33,6 +34,7 @@ __all__ = [
     "gathered",
     "local",
     "local_grads",
+    "sum_over_processes",
     "whole_parameter",
 ]
 

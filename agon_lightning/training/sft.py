@@ -31,6 +31,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
+from agon_lightning.data.base import restore_loader_position
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.infra.model_source import resolve_model_path
 from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
@@ -189,6 +190,11 @@ class SFTModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.history = list(checkpoint.get("sft_eval_history", []))
+        # Before the loops are restored: a checkpoint from before the loader kept its place resumes mid-epoch too.
+        if restore_loader_position(checkpoint):
+            rank_zero_info(
+                "the checkpoint holds no data position; resuming after the batches its progress counts"
+            )
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from agon_lightning.data.base import ProblemDataset
+from agon_lightning.data.base import GeneratorShuffleSampler, ProblemDataset, ResumableDataLoader
 from agon_lightning.data.holdout import HashHoldout
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule, generate_problems, training_problems
 from agon_lightning.game.types import Problem
@@ -181,11 +181,14 @@ class SFTDataModule(ReasoningGymDataModule):
         return [p for p in problems if p.question not in held_out]
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(
-            ProblemDataset(self.examples.build(self.train_problems, self.seed)),  # type: ignore[arg-type]  # a list dataset of any item
+        # The order a plain shuffled loader with this seed hands out, resumable mid-epoch: a run resumed
+        # from a checkpoint trains on the batches the uninterrupted run would have seen next.
+        examples = ProblemDataset(self.examples.build(self.train_problems, self.seed))  # type: ignore[arg-type]  # a list dataset of any item
+        return ResumableDataLoader(
+            examples,
             batch_size=self.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(self.seed),
+            sampler=GeneratorShuffleSampler(len(examples), self.seed),
+            generator=torch.Generator().manual_seed(self.seed),  # its draws only seed workers, as before
             collate_fn=_collate,
             num_workers=self.num_workers,
             drop_last=True,
