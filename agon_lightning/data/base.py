@@ -95,9 +95,8 @@ class GeneratorShuffleSampler(EpochShuffleSampler):
 
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator().manual_seed(self.seed)
-        for _ in range(
-            self.epoch
-        ):  # each epoch before: its base seed, its order, the empty remainder's order
+        # Each epoch before this one: its base seed, its order, and the empty remainder's order.
+        for _ in range(self.epoch):
             torch.empty((), dtype=torch.int64).random_(generator=generator)
             torch.randperm(self.size, generator=generator)
             torch.randperm(self.size, generator=generator)

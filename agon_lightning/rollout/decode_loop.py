@@ -411,8 +411,8 @@ def _forward(
     """Run ``x`` ``[B, S, H]`` (positions ``start … start+S-1`` of the cache) through every layer.
 
     ``cos``/``sin`` ``[B, 1, S, d]`` (``sin`` signed for :func:`_rotate`); ``mask`` ``[B, 1, S,
-    start+S]`` (True = may attend; or the scores it adds, :func:`additive_mask`). With ``slot`` (a one-element index tensor, ``S`` = 1: the
-    static-shape step of :mod:`agon_lightning.rollout.static_decode`), the new keys and values are
+    start+S]`` (True = may attend; or the scores it adds, :func:`additive_mask`). With ``slot`` (a
+    one-element index tensor, ``S`` = 1: the static-shape step of :mod:`agon_lightning.rollout.static_decode`), the new keys and values are
     written at ``slot`` and attention runs over the whole cache under ``mask`` ``[B, 1, 1,
     capacity]``: every shape of the step is then the same from one token to the next.
     """
