@@ -23,15 +23,15 @@ from typing import Any
 import lightning as L
 
 from agon_lightning.deploy.bundle import save_bundle
-from agon_lightning.game.names import ADAPTERS
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.strategies import full_tensors
 from agon_lightning.training.validation import cascade_key
 
 from .protocol import AgonModuleView
 
-# ``drafter`` choices: the evaluator's pick, the better cascade, or an adapter by name. The
-# ``Literal`` on AgonCheckpoint's constructor spells them out for the CLI; a test holds it equal to this.
-DRAFTER_CHOICES: tuple[str, ...] = ("deployed", "auto", *ADAPTERS)
+# ``drafter``: the evaluator's pick, the better cascade, or else the name of one of the run's adapters
+# (any game's: checked against the module when a fit starts, :meth:`BundleWriter.check`).
+DRAFTER_MODES: tuple[str, ...] = ("deployed", "auto")
 
 
 def bundle_dir(checkpoint_path: str | Path) -> Path:
@@ -53,9 +53,23 @@ class BundleWriter:
     """
 
     def __init__(self, drafter: str = "deployed") -> None:
-        if drafter not in DRAFTER_CHOICES:
-            raise ValueError(f"drafter must be one of {DRAFTER_CHOICES}, got {drafter!r}")
+        if not isinstance(drafter, str) or not drafter:
+            raise ValueError(f"drafter must be {' or '.join(map(repr, DRAFTER_MODES))} or an adapter's name, got {drafter!r}")
         self.drafter = drafter
+
+    def check(self, module: AgonModuleView) -> None:
+        """Refuse, before training, a ``drafter`` the run cannot write a bundle with.
+
+        Raises:
+            UsageError: ``drafter`` names none of the module's adapters (the message lists them), or
+                names one where the game deploys as its answer graph.
+        """
+        if self.drafter in DRAFTER_MODES:
+            return
+        try:
+            module.evaluator.deployment.drafting(self.drafter, tuple(module.adapter_names))
+        except ValueError as err:
+            raise UsageError(f"AgonCheckpoint drafter={self.drafter!r}: {err}; or 'deployed' or 'auto'") from err
 
     def drafter_for(self, trainer: L.Trainer) -> str | None:
         """The adapter that drafts in the bundle written now (see ``drafter``); ``None``: the game's answer graph."""

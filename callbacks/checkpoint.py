@@ -75,7 +75,7 @@ from agon_lightning.infra.checksum import (
     verify_checkpoint,
 )
 
-from .bundle import DRAFTER_CHOICES, BundleWriter, bundle_dir  # noqa: F401  DRAFTER_CHOICES, bundle_dir: this module's API too
+from .bundle import DRAFTER_MODES, BundleWriter, bundle_dir  # noqa: F401  DRAFTER_MODES, bundle_dir: this module's API too
 from .checkpoint_dir import clean_leftovers, clear_checkpoints, earlier_checkpoints, fresh_fit_refusal
 from .interrupt import Interrupted, StopSignals
 from .run_lock import DirectoryRefused, RunLock
@@ -154,7 +154,9 @@ class AgonCheckpoint(Checkpoint):
         drafter: Adapter that drafts in the bundle's deployed cascade. ``deployed``: the drafter
             of the module's deployed policy (``model.deployed``), fixed before training;
             ``auto`` picks, post hoc, the cascade order that scored higher at the last
-            validation (``alpha`` on a tie), as the paper chose its direction.
+            validation (the first adapter on a tie), as the paper chose its direction; or the
+            name of one of the run's adapters (any game's: ``alpha``, ``verifier``, ...), checked
+            when the fit starts.
         save_on_interrupt: On SIGINT or SIGTERM during training, finish the step, write
             ``last`` and exit (status 128 + signal number) instead of dying mid-step.
         stop_timeout_s: A process still running this long after such a signal (blocked in a
@@ -186,7 +188,7 @@ class AgonCheckpoint(Checkpoint):
         save_top_k: int = 1,
         save_last: bool = True,
         bundles: bool = True,
-        drafter: Literal["deployed", "auto", "alpha", "beta"] = "deployed",
+        drafter: str = "deployed",
         save_on_interrupt: bool = True,
         stop_timeout_s: float | None = 120.0,
         verbose: bool = False,
@@ -250,6 +252,8 @@ class AgonCheckpoint(Checkpoint):
         verify_loads(trainer.strategy, self.verify_resume)  # a checkpoint is checked before torch reads it
         if stage != "fit":
             return
+        if self.bundles:
+            self.bundle_writer.check(pl_module)  # before the lock: a refused fit leaves nothing behind
         # Global rank zero takes the lock; every rank learns the outcome from one broadcast.
         refusal = None
         if trainer.is_global_zero:

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from callbacks.bundle import DRAFTER_CHOICES, BundleWriter, bundle_dir
+from agon_lightning.infra.errors import UsageError
+from agon_lightning.training.deployment import Deployment
+from callbacks.bundle import DRAFTER_MODES, BundleWriter, bundle_dir
 from callbacks.checkpoint import AgonCheckpoint
 
 
@@ -15,10 +17,21 @@ def test_a_bundle_lives_beside_its_checkpoint(tmp_path):
     assert bundle_dir(tmp_path / "best-step=4.ckpt") == tmp_path / "best-step=4"
 
 
-def test_the_drafter_is_checked_and_named():
-    with pytest.raises(ValueError, match="'gamma'"):
-        BundleWriter("gamma")
-    assert [BundleWriter(d).drafter for d in DRAFTER_CHOICES] == list(DRAFTER_CHOICES)
+def test_the_drafter_is_any_adapter_of_the_runs_game_and_is_checked_against_it():
+    with pytest.raises(ValueError, match="adapter's name, got ''"):
+        BundleWriter("")
+
+    def module(kind: str) -> SimpleNamespace:
+        deployment = Deployment(kind) if kind == "graph" else Deployment(kind, "prover", "verifier")
+        return SimpleNamespace(adapter_names=("prover", "verifier"), evaluator=SimpleNamespace(deployment=deployment))
+
+    for drafter in (*DRAFTER_MODES, "prover", "verifier"):
+        BundleWriter(drafter).check(module("cascade"))
+    with pytest.raises(UsageError, match=r"drafter='alpha': drafter must be one of \['prover', 'verifier'\]"):
+        BundleWriter("alpha").check(module("cascade"))  # a name of Agon's game, not of this one
+    with pytest.raises(UsageError, match="answer graph"):
+        BundleWriter("prover").check(module("graph"))
+    BundleWriter("deployed").check(module("graph"))
 
 
 def test_the_drafter_follows_the_option():

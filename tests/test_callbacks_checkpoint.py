@@ -18,10 +18,13 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.callbacks.checkpoint import bundle_dir, collect_rng_states, set_rng_states
 from agon_lightning.callbacks.interrupt import StopSignals
-from agon_lightning.data.base import EpochShuffleSampler, ResumableDataLoader
+from agon_lightning.data.base import EpochShuffleSampler, ResumableDataLoader, reopen_stopped_epoch
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
 from agon_lightning.deploy.bundle import read_bundle
+from agon_lightning.games.prover_verifier import ProverVerifierGame
+from agon_lightning.infra.errors import UsageError
 from agon_lightning.rollout.hf import HFRollout
+from agon_lightning.training.features import KLAnchor, KLAnchors, League
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.training.validation import CascadeEvaluator
 
@@ -142,6 +145,100 @@ def test_bundle_adapters_load_with_plain_peft(fitted, tiny_model_dir):
         assert torch.equal(param, trained[name.replace(".default.", ".beta.")].detach()), name
 
 
+def progress(epoch: dict[str, int], batches: int, last: bool) -> dict:
+    """The fit loop's part of a checkpoint: the epoch's counters (``current`` = ``total``) and the batches'."""
+    return {"loops": {"fit_loop": {
+        "epoch_progress": {"current": dict(epoch), "total": dict(epoch)},
+        "epoch_loop.batch_progress": {"current": {"completed": batches}, "is_last_batch": last},
+    }}}  # fmt: skip
+
+
+def test_only_an_epoch_marked_finished_before_its_last_batch_is_reopened():
+    finished = {"ready": 1, "started": 1, "processed": 1, "completed": 1}
+    stopped = progress(finished, batches=3, last=False)
+    assert reopen_stopped_epoch(stopped, epoch_batches=6)
+    assert stopped["loops"]["fit_loop"]["epoch_progress"]["current"] == {
+        "ready": 1, "started": 1, "processed": 0, "completed": 0
+    }  # fmt: skip
+    assert stopped["epoch"] == 0
+    inside = {"ready": 1, "started": 1, "processed": 0, "completed": 0}  # a checkpoint after a batch
+    untouched = [
+        progress(finished, batches=6, last=False),  # all of a limited epoch ran (limit_train_batches)
+        progress(finished, batches=3, last=True),  # the loader ran out
+        progress(inside, batches=3, last=False),
+        progress({"ready": 2, "started": 2, "processed": 1, "completed": 1}, batches=0, last=False),
+        {"loops": {}},
+    ]
+    for case in untouched:
+        before = repr(case)
+        assert not reopen_stopped_epoch(case, epoch_batches=6) and repr(case) == before
+
+
+class QuestionsSeen(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append([p.question for p in batch])
+
+
+def test_a_run_stopped_by_max_steps_inside_an_epoch_resumes_inside_it(tiny_model_dir, tmp_path):
+    """``last`` written when ``max_steps`` stops a run mid-epoch: a resume with more steps trains on the
+    rest of that epoch, then the next one, as a run never stopped does (it used to skip to the next epoch).
+    Resumed from Python with torch's default ``weights_only=True``: the module's option types load."""
+
+    def fit(root, max_steps: int, ckpt: str | None = None) -> tuple[QuestionsSeen, L.Trainer]:
+        torch.manual_seed(0)
+        module = AgonModule(
+            model_name_or_path=str(tiny_model_dir), lora=LoraOptions(r=2, target_modules=["q_proj", "v_proj"]),
+            grpo=GRPOOptions(num_generations=2), rollout=HFRollout(max_new_tokens=4),
+            verifier=EvenLengthVerifier(), validate_at_start=False, kl=KLAnchors(drafter=KLAnchor(beta=0.01)),
+            league=League(probability=0.5, seed=0),
+        )  # fmt: skip
+        seen = QuestionsSeen()
+        trainer = L.Trainer(
+            max_epochs=2, max_steps=max_steps, limit_train_batches=3, limit_val_batches=0, logger=False,
+            callbacks=[seen, AgonCheckpoint(every_n_train_steps=100)], enable_progress_bar=False,
+            enable_model_summary=False, default_root_dir=root, accelerator="cpu",
+        )  # fmt: skip
+        trainer.fit(module, ReasoningGymDataModule(train_size=12, val_size=2, batch_size=2), ckpt_path=ckpt)
+        return seen, trainer
+
+    whole, straight = fit(tmp_path / "straight", 5)
+    first, _ = fit(tmp_path / "stopped", 2)  # 2 of epoch 0's 3 batches; last.ckpt written as training ends
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["epoch"] == 0
+    rest, resumed = fit(tmp_path / "resumed", 5, str(last))
+    assert len(whole.seen) == 5 and first.seen + rest.seen == whole.seen
+    assert (resumed.global_step, resumed.current_epoch) == (straight.global_step, straight.current_epoch)
+
+
+def test_a_games_own_adapter_drafts_in_its_bundles_and_a_name_it_lacks_is_refused_at_start(tiny_model_dir, tmp_path):
+    """``drafter`` takes the game's adapter names (the prover-verifier game's ``verifier``), and a name the
+    game lacks (Agon's ``alpha``) stops the fit before its first step, with nothing written (it used to pass
+    the CLI only for ``alpha``/``beta`` and fail at the first save)."""
+
+    def fit(drafter: str, root) -> None:
+        module = AgonModule(
+            model_name_or_path=str(tiny_model_dir), game=ProverVerifierGame(),
+            lora=LoraOptions(r=2, target_modules=["q_proj", "v_proj"]), grpo=GRPOOptions(num_generations=2),
+            rollout=HFRollout(max_new_tokens=4), verifier=EvenLengthVerifier(), validate_at_start=False,
+        )  # fmt: skip
+        trainer = L.Trainer(
+            max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+            callbacks=[AgonCheckpoint(drafter=drafter, monitor=None, every_n_train_steps=1)],
+            default_root_dir=root, accelerator="cpu",
+        )  # fmt: skip
+        trainer.fit(module, ReasoningGymDataModule(train_size=4, val_size=2, batch_size=2))
+
+    with pytest.raises(UsageError, match=r"drafter='alpha': drafter must be one of \['prover', 'verifier'\]"):
+        fit("alpha", tmp_path / "refused")
+    assert not list((tmp_path / "refused").rglob("*.ckpt"))
+    fit("verifier", tmp_path / "ran")
+    meta = read_bundle(tmp_path / "ran" / "checkpoints" / "last")
+    assert (meta["deploy"], meta["drafter"], meta["answerer"]) == ("single", "verifier", "verifier")
+
+
 def test_ckpt_path_last_is_found_by_a_new_process(fitted):
     fresh = AgonCheckpoint()  # as built by a new `agon fit --ckpt_path last`, before setup()
     trainer = SimpleNamespace(default_root_dir=str(fitted.root), loggers=[])
@@ -212,8 +309,8 @@ def test_rng_states_of_another_world_size_are_not_applied():
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="every_n_train_steps must be >= 1, got 0"):
         AgonCheckpoint(every_n_train_steps=0)
-    with pytest.raises(ValueError, match="'gamma'"):
-        AgonCheckpoint(drafter="gamma")
+    with pytest.raises(ValueError, match="got ''"):
+        AgonCheckpoint(drafter="")
 
 
 # ---------------------------------------------------------------------------------------------

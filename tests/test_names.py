@@ -10,7 +10,7 @@ from pathlib import Path
 import agon_lightning
 from agon_lightning.game import names
 from agon_lightning.training import schedule
-from callbacks.checkpoint import DRAFTER_CHOICES, AgonCheckpoint
+from callbacks.checkpoint import DRAFTER_MODES, AgonCheckpoint
 
 ROOT = Path(agon_lightning.__file__).parent.parent
 
@@ -21,11 +21,9 @@ def test_the_names_are_the_user_facing_strings():
     assert names.ADAPTERS == (names.ALPHA, names.BETA)
 
 
-def test_the_drafter_literal_equals_its_constant():
-    hint = typing.get_type_hints(AgonCheckpoint.__init__)["drafter"]
-    assert typing.get_args(hint) == DRAFTER_CHOICES
-    assert DRAFTER_CHOICES == ("deployed", "auto", *names.ADAPTERS)
-    assert inspect.signature(AgonCheckpoint).parameters["drafter"].default in DRAFTER_CHOICES
+def test_the_drafter_takes_any_adapters_name_and_defaults_to_a_mode():
+    assert typing.get_type_hints(AgonCheckpoint.__init__)["drafter"] is str  # a game's own names too
+    assert inspect.signature(AgonCheckpoint).parameters["drafter"].default in DRAFTER_MODES
 
 
 def test_schedules_use_the_adapter_names():

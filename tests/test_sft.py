@@ -269,6 +269,32 @@ def test_a_run_resumed_mid_epoch_trains_on_the_batches_an_uninterrupted_run_woul
             assert torch.equal(a, b), (ckpt.name, name)
 
 
+def test_a_checkpoint_saved_after_a_fit_stopped_by_max_steps_resumes_inside_the_epoch(
+    data: SFTDataModule, tmp_path: Path
+) -> None:
+    """``trainer.save_checkpoint`` after a fit that ``max_steps`` stopped 3 batches into an epoch of 16: a resume
+    with 6 steps trains on the epoch's batches 4-6, as a run never stopped does (it used to start the next epoch)."""
+    seen: list[list[str]] = []
+
+    class Batches(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append([pl_module.prompt(e) + e.target for e in batch])
+
+    def trainer(max_steps: int) -> L.Trainer:
+        return L.Trainer(
+            max_steps=max_steps, limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path, callbacks=[Batches()],
+        )  # fmt: skip
+
+    trainer(6).fit(small_module(), datamodule=data)
+    whole, seen[:] = list(seen), []
+    stopped = trainer(3)
+    stopped.fit(small_module(), datamodule=data)
+    stopped.save_checkpoint(tmp_path / "stopped.ckpt")
+    trainer(6).fit(small_module(), datamodule=data, ckpt_path=tmp_path / "stopped.ckpt")
+    assert len(whole) == 6 and seen == whole
+
+
 def test_the_training_order_is_the_plain_shuffled_loaders_every_epoch(data: SFTDataModule) -> None:
     """The resumable loader hands out what ``DataLoader(shuffle=True)`` with the seeded generator did."""
     plain = torch.utils.data.DataLoader(

@@ -123,6 +123,33 @@ def restore_loader_position(checkpoint: dict[str, Any]) -> bool:
     return True
 
 
+def reopen_stopped_epoch(checkpoint: dict[str, Any], epoch_batches: float) -> bool:
+    """Write a run stopped inside an epoch as being inside it, so a resume trains on the epoch's other batches.
+
+    A fit that stops before its epoch's last batch (``max_steps``, ``max_time``, a callback's
+    ``should_stop``) is marked by Lightning as having finished that epoch; a checkpoint written
+    after that (``AgonCheckpoint``'s at the end of training, or ``trainer.save_checkpoint`` after
+    ``fit``) resumed into the next epoch, and the rest of the stopped one was never trained on. In
+    that case (``epoch_batches``: the batches an epoch runs, ``trainer.num_training_batches``)
+    the epoch's progress is set back to "started", as a checkpoint taken after any batch inside an
+    epoch holds it; the batch counters and the loader's place stay. Returns whether it was.
+    """
+    loop = checkpoint.get("loops", {}).get("fit_loop")
+    try:
+        epochs, batches = loop["epoch_progress"], loop["epoch_loop.batch_progress"]
+        started, completed = int(epochs["current"]["started"]), int(epochs["current"]["completed"])
+        trained = int(batches["current"]["completed"])
+        last = bool(batches["is_last_batch"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if last or completed != started or completed < 1 or not 0 < trained < epoch_batches:
+        return False
+    for counters in (epochs["current"], epochs["total"]):
+        counters["processed"] = counters["completed"] = int(counters["completed"]) - 1
+    checkpoint["epoch"] = completed - 1  # what ``trainer.current_epoch`` will be on resume
+    return True
+
+
 class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` whose position in the epoch is saved in Lightning checkpoints.
 

@@ -25,6 +25,7 @@ from agon_lightning.adapters.policy import (
     load_base,
     logit_head,
 )
+from agon_lightning.data.base import reopen_stopped_epoch
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward, Reward
 from agon_lightning.game.types import Problem
@@ -39,7 +40,7 @@ from agon_lightning.summarizers.basic import StripTraceSummarizer
 from agon_lightning.training.checkpoint_state import adapter_state_keys, load_state, save_state
 from agon_lightning.training.data_checks import check_problems
 from agon_lightning.training.deployment import deployed_answers
-from agon_lightning.training.features import Feature, KLAnchors, League, build_features
+from agon_lightning.training.features import Feature, KLAnchor, KLAnchors, League, build_features
 from agon_lightning.training.optimize import optimize
 from agon_lightning.training.options import GRPOOptions
 from agon_lightning.training.player import Playing, check_paid
@@ -51,6 +52,11 @@ from agon_lightning.verifiers.exact import ExactMatchVerifier
 __all__ = ["DEFAULT_BASE", "AgonModule", "GRPOOptions"]
 
 DEFAULT_BASE = "agon:tiny-qwen3"
+
+# The option types a module built in Python keeps in its checkpoint's hyper-parameters: allowed to
+# load with torch's default ``weights_only=True``, so ``trainer.fit(..., ckpt_path=...)`` in a script
+# resumes as ``agon fit --ckpt_path`` does (the CLI's hyper-parameters are plain values).
+torch.serialization.add_safe_globals([LoraOptions, GRPOOptions, Prompts, KLAnchors, KLAnchor, League])
 
 
 class AgonModule(Playing, L.LightningModule):
@@ -328,6 +334,7 @@ class AgonModule(Playing, L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_state(self, checkpoint)
+        reopen_stopped_epoch(checkpoint, self.trainer.num_training_batches)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         load_state(self, checkpoint)

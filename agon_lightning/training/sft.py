@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from agon_lightning.data.base import restore_loader_position
+from agon_lightning.data.base import reopen_stopped_epoch, restore_loader_position
 from agon_lightning.game.prompts import Prompts
 from agon_lightning.infra.model_source import resolve_model_path
 from agon_lightning.infra.tiny import TinyArchitecture, build_tokenizer
@@ -187,6 +187,7 @@ class SFTModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The evaluation history travels with the weights, so a resumed run writes all of it.
         checkpoint["sft_eval_history"] = list(self.history)
+        reopen_stopped_epoch(checkpoint, self.trainer.num_training_batches)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.history = list(checkpoint.get("sft_eval_history", []))
