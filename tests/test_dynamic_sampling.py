@@ -17,11 +17,9 @@ import torch
 from scripted import ScriptedRollout
 from test_composition import OwnCopy, build, shipped_games
 
-from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.cli import AgonCLI
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward
 from agon_lightning.game.text import extract_answer
 from agon_lightning.game.types import Problem, Verdict
@@ -180,9 +178,8 @@ def fit(module, root, steps: int, callbacks=(), ckpt_path=None) -> Steps:
         enable_checkpointing=bool(callbacks), enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=str(root), callbacks=[seen, *callbacks],
     )  # fmt: skip
-    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts, GRPOGame]):
-        data = ReasoningGymDataModule(train_size=TRAIN, val_size=1, batch_size=P)
-        trainer.fit(module, data, ckpt_path=ckpt_path)
+    # Resumed under torch's default weights_only=True: the module's options and its game object load.
+    trainer.fit(module, ReasoningGymDataModule(train_size=TRAIN, val_size=1, batch_size=P), ckpt_path=ckpt_path)
     return seen
 
 

@@ -55,7 +55,8 @@ DEFAULT_BASE = "agon:tiny-qwen3"
 
 # The option types a module built in Python keeps in its checkpoint's hyper-parameters: allowed to
 # load with torch's default ``weights_only=True``, so ``trainer.fit(..., ckpt_path=...)`` in a script
-# resumes as ``agon fit --ckpt_path`` does (the CLI's hyper-parameters are plain values).
+# resumes as ``agon fit --ckpt_path`` does (the CLI's hyper-parameters are plain values). A game passed
+# as an object is allowed by its class when the module is built (``__init__``).
 torch.serialization.add_safe_globals([LoraOptions, GRPOOptions, Prompts, KLAnchors, KLAnchor, League])
 
 
@@ -142,6 +143,8 @@ class AgonModule(Playing, L.LightningModule):
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
         check_paid(verifier, reward)
+        if not isinstance(game, str):  # the game object is kept in the hyper-parameters: let it load too
+            torch.serialization.add_safe_globals([type(game)])
         self.features = build_features(self.game, kl, league, rollout, grpo, features)
         """The run's features (public), in hook order; each was checked against the game."""
         self.save_hyperparameters(
