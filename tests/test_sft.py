@@ -269,27 +269,42 @@ def test_a_run_resumed_mid_epoch_trains_on_the_batches_an_uninterrupted_run_woul
             assert torch.equal(a, b), (ckpt.name, name)
 
 
-def test_a_checkpoint_saved_after_a_fit_stopped_by_max_steps_resumes_inside_the_epoch(
-    data: SFTDataModule, tmp_path: Path
+class StopAfter(L.Callback):
+    """Sets ``should_stop`` after ``steps`` steps, as ``max_time`` (Lightning's ``Timer``) and early stopping do."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.steps:
+            trainer.should_stop = True
+
+
+@pytest.mark.parametrize("stop", ["max_steps", "should_stop"])
+def test_a_checkpoint_saved_after_a_fit_stopped_inside_an_epoch_resumes_inside_it(
+    data: SFTDataModule, tmp_path: Path, stop: str
 ) -> None:
-    """``trainer.save_checkpoint`` after a fit that ``max_steps`` stopped 3 batches into an epoch of 16: a resume
-    with 6 steps trains on the epoch's batches 4-6, as a run never stopped does (it used to start the next epoch)."""
+    """``trainer.save_checkpoint`` after a fit stopped 3 batches into an epoch of 16 (by ``max_steps``, or by a
+    callback's ``should_stop``): a resume to 6 steps trains on the epoch's batches 4-6, as a run never stopped
+    does (it used to start the next epoch)."""
     seen: list[list[str]] = []
 
     class Batches(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             seen.append([pl_module.prompt(e) + e.target for e in batch])
 
-    def trainer(max_steps: int) -> L.Trainer:
+    def trainer(max_steps: int, *callbacks: L.Callback) -> L.Trainer:
         return L.Trainer(
             max_steps=max_steps, limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
-            enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path, callbacks=[Batches()],
+            enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+            callbacks=[Batches(), *callbacks],
         )  # fmt: skip
 
     trainer(6).fit(small_module(), datamodule=data)
     whole, seen[:] = list(seen), []
-    stopped = trainer(3)
+    stopped = trainer(3) if stop == "max_steps" else trainer(6, StopAfter(3))
     stopped.fit(small_module(), datamodule=data)
+    assert stopped.global_step == 3
     stopped.save_checkpoint(tmp_path / "stopped.ckpt")
     trainer(6).fit(small_module(), datamodule=data, ckpt_path=tmp_path / "stopped.ckpt")
     assert len(whole) == 6 and seen == whole
