@@ -54,7 +54,9 @@ class BundleWriter:
 
     def __init__(self, drafter: str = "deployed") -> None:
         if not isinstance(drafter, str) or not drafter:
-            raise ValueError(f"drafter must be {' or '.join(map(repr, DRAFTER_MODES))} or an adapter's name, got {drafter!r}")
+            raise ValueError(
+                f"drafter must be {' or '.join(map(repr, DRAFTER_MODES))} or an adapter's name, got {drafter!r}"
+            )
         self.drafter = drafter
 
     def check(self, module: AgonModuleView) -> None:
@@ -69,11 +71,13 @@ class BundleWriter:
         try:
             module.evaluator.deployment.drafting(self.drafter, tuple(module.adapter_names))
         except ValueError as err:
-            raise UsageError(f"AgonCheckpoint drafter={self.drafter!r}: {err}; or 'deployed' or 'auto'") from err
+            raise UsageError(
+                f"AgonCheckpoint drafter={self.drafter!r}: {err}; or 'deployed' or 'auto'"
+            ) from err
 
     def drafter_for(self, trainer: L.Trainer) -> str | None:
         """The adapter that drafts in the bundle written now (see ``drafter``); ``None``: the game's answer graph."""
-        if self.drafter not in ("deployed", "auto"):
+        if self.drafter not in DRAFTER_MODES:
             return self.drafter
         module: AgonModuleView = trainer.lightning_module
         deployed = module.evaluator.deployed_drafter
