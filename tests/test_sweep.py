@@ -12,7 +12,15 @@ import pytest
 import yaml
 
 from agon_lightning.cli import AgonCLI
-from agon_lightning.experiments.sweep import DEFAULT_VARIANTS, MARKER, plan, report, sweep, sweep_main
+from agon_lightning.experiments.sweep import (
+    DEFAULT_VARIANTS,
+    MARKER,
+    STARTED,
+    plan,
+    report,
+    sweep,
+    sweep_main,
+)
 from agon_lightning.experiments.sweep_report import compare, plot_curves, read_run
 from agon_lightning.training.validation import CascadeEvaluator
 
@@ -265,6 +273,96 @@ def test_interrupted_sweep_reuses_finished_runs_and_redoes_the_rest(tmp_path, ca
     assert json.loads((runs[0].directory / MARKER).read_text())["argv"] == runs[0].argv(BASE, [])
     with pytest.raises(SystemExit, match="agon/seed_0 was finished with other arguments"):
         sweep(runs, BASE, ["--trainer.max_steps=1"], out, fake_runner(calls))
+
+
+def sitting(directory: Path, version: int, rows: list[dict]) -> None:
+    """One process's ``metrics.csv`` (and ``config.yaml``) of a run, as ``lightning_logs/version_N``."""
+    log = directory / "lightning_logs" / f"version_{version}"
+    log.mkdir(parents=True)
+    (log / "config.yaml").write_text(
+        yaml.safe_dump({"model": {"grpo": {"num_generations": 4}}, "data": {"init_args": {"batch_size": 2}}})
+    )
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with (log / "metrics.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def train(step: int, length: int = 10) -> dict:
+    """A training row (``step``: the step's index)."""
+    return {"step": step, "train/draft/length": length, "train/challenge/length": 5, "time/generate_s": 1.5,
+            "time/update_s": 0.5}  # fmt: skip
+
+
+def evaluation(steps: int, acc: float) -> dict:
+    """An evaluation row (``step``: the steps trained)."""
+    return {"step": steps, "val/deployed/pass@1": acc, "val/deployed/length": 20.0, "val/base/pass@1": 0.25}
+
+
+# A run never stopped: 6 steps, evaluated before the first and after steps 3 and 6.
+STRAIGHT = [evaluation(0, 0.25), *map(train, range(3)), evaluation(3, 0.5), *map(train, range(3, 6)),
+            evaluation(6, 0.75)]  # fmt: skip
+
+
+def test_a_run_resumed_after_a_kill_is_read_across_its_sittings_as_a_run_never_stopped(tmp_path):
+    sitting(tmp_path / "straight", 0, STRAIGHT)
+    # Killed during step 6 after logging steps 4 and 5; its last checkpoint: 3 steps done, after that evaluation.
+    first = [evaluation(0, 0.25), *map(train, range(3)), evaluation(3, 0.5), train(3, 99), train(4, 99)]
+    sitting(tmp_path / "resumed", 0, first)
+    sitting(tmp_path / "resumed", 1, [*map(train, range(3, 6)), evaluation(6, 0.75)])
+    straight = read_run(tmp_path / "straight", "agon", 0, "deployed", wall_s=1.0)
+    resumed = read_run(tmp_path / "resumed", "agon", 0, "deployed", wall_s=1.0)
+    assert (
+        resumed == straight
+    )  # the repeated steps 3-4 (length 99) counted once, from the sitting that went on
+    assert (resumed.steps, resumed.curve) == (6, [(0, 0.25, 20.0), (3, 0.5, 20.0), (6, 0.75, 20.0)])
+    # Killed right after the checkpoint, before logging anything more: the next sitting picks up at step 3.
+    sitting(tmp_path / "at_save", 0, STRAIGHT[:5])
+    sitting(tmp_path / "at_save", 1, STRAIGHT[5:])
+    assert read_run(tmp_path / "at_save", "agon", 0, "deployed", wall_s=1.0) == straight
+
+
+def test_an_interrupted_run_goes_on_from_its_last_checkpoint_and_a_changed_one_starts_over(tmp_path, capsys):
+    out = tmp_path / "out"
+    (run,) = plan(["agon"], [0], out, EXPERIMENTS)
+    commands: list[list[str]] = []
+
+    def killed_after_3_steps(argv: list[str], log_path: Path) -> int:
+        commands.append(argv)
+        assert json.loads((log_path.parent / STARTED).read_text())["argv"] == argv  # what a resume must match
+        sitting(log_path.parent, 0, [*STRAIGHT[:5], train(3)])
+        (log_path.parent / "checkpoints").mkdir()
+        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
+        log_path.write_text("first sitting\n")
+        return -9
+
+    def goes_on(argv: list[str], log_path: Path) -> int:
+        commands.append(argv)
+        with log_path.open("a") as log:
+            log.write("second sitting\n")
+        sitting(log_path.parent, 1, STRAIGHT[5:])
+        return 0
+
+    assert sweep([run], BASE, [], out, killed_after_3_steps) == [run]
+    assert sweep([run], BASE, [], out, goes_on) == []
+    assert commands == [run.argv(BASE, []), [*run.argv(BASE, []), "--ckpt_path", "last"]]
+    assert "agon seed 0: going on from" in capsys.readouterr().out
+    assert (run.directory / "run.log").read_text() == "first sitting\nsecond sitting\n"
+    done = json.loads((run.directory / MARKER).read_text())
+    assert (
+        done["argv"] == run.argv(BASE, []) and done["wall_s"] is None
+    )  # its first sitting was not timed whole
+    (result,) = report([run], out)
+    assert result.steps == 6 and result.curve[-1] == (6, 0.75, 20.0) and math.isnan(result.wall_s)
+    assert "| agon | 1 | 0.750 | 20.0 |" in (out / "results.md").read_text()
+
+    # Unfinished with other arguments: started over in a clean directory, not resumed.
+    (other,) = plan(["cooperative"], [0], out, EXPERIMENTS)
+    assert sweep([other], BASE, ["--trainer.max_steps=3"], out, killed_after_3_steps) == [other]
+    commands.clear()
+    assert sweep([other], BASE, [], out, fake_runner([])) == []
+    assert not (other.directory / "checkpoints").exists()
 
 
 def test_a_clean_checkout_resumes_from_the_committed_archives_without_redoing_a_run(tmp_path, capsys):

@@ -18,10 +18,16 @@ whose runs the plan then includes. ``--table paper`` runs the paper's rows by de
 A run is finished when its directory holds :data:`MARKER`, written only after the process
 returned 0, or, where its directory is absent (a clean checkout), when its committed archive holds
 one (the archive is then laid out as its directory); an interrupted sweep re-run with the same
-arguments skips finished runs and redoes unfinished ones from scratch. The marker records the run's arguments, so a changed
-command cannot silently mix two settings into one table.
+arguments skips finished runs. An unfinished training run that was started with the same arguments
+(:data:`STARTED`) and left a ``last.ckpt`` goes on from it (``agon fit --ckpt_path last``, which
+resumes exactly: the same batches, numbers and logs as a run never stopped; its logs are read across
+the sittings, :func:`~agon_lightning.experiments.sweep_report.run_rows`); any other unfinished run is
+started over in a clean directory. The markers record the run's arguments, so a changed command
+cannot silently mix two settings into one table or one run.
 
-Wall time is measured around the process. What the finished runs measured — the tables, the
+Wall time is measured around the process; a run resumed after its sweep was stopped has no wall
+time of its own (its earlier sitting was not timed to its end): ``—`` in the tables, where its
+generation and update time (``train_s``, read from every step's log) stays whole. What the finished runs measured — the tables, the
 paired comparisons and the plots — is :mod:`agon_lightning.experiments.sweep_report`'s job.
 """
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -51,6 +58,7 @@ DEFAULT_VARIANTS = (
 )  # fmt: skip
 TABLES = ("results", "paper")
 MARKER = "sweep_done.json"
+STARTED = "sweep_started.json"  # written as a training run starts: the arguments a resume must match
 # The ``agon`` entry point under this very interpreter (no dependence on PATH).
 AGON = (sys.executable, "-c", "from agon_lightning.cli import main; main()")
 
@@ -135,11 +143,25 @@ def finished(run: Run, argv: list[str]) -> bool:
     return True
 
 
-def write_marker(run: Run, argv: list[str], wall_s: float) -> None:
+def write_marker(run: Run, argv: list[str], wall_s: float | None) -> None:
+    """Mark ``run`` finished with ``argv``; ``wall_s`` ``None`` (JSON null): not timed whole (resumed)."""
     marker = run.directory / MARKER
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps({"variant": run.variant, "seed": run.seed, "argv": argv, "wall_s": wall_s}))
     os.replace(tmp, marker)  # atomic: a marker is either absent or complete
+
+
+def resumable(run: Run, argv: list[str]) -> Path | None:
+    """The ``last.ckpt`` an unfinished training run goes on from: one left by an attempt started with ``argv``."""
+    started = run.directory / STARTED
+    if run.eval_only or not started.is_file():
+        return None
+    try:
+        same = json.loads(started.read_text()).get("argv") == argv
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    found = sorted(run.directory.rglob("last.ckpt")) if same else []
+    return found[0] if found else None
 
 
 def run_agon(argv: list[str], log_path: Path, threads: int | None = None) -> int:
@@ -148,7 +170,7 @@ def run_agon(argv: list[str], log_path: Path, threads: int | None = None) -> int
     ``threads`` caps the run's intra-op threads (``OMP_NUM_THREADS``); ``None`` keeps torch's default.
     """
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
-    with log_path.open("w") as log:
+    with log_path.open("a") as log:  # a resumed run's log goes on after its earlier sitting's
         return subprocess.run([*AGON, *argv], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
 
 
@@ -156,15 +178,23 @@ Runner = Callable[[list[str], Path], int]
 
 
 def attempt(run: Run, argv: list[str], runner: Runner) -> tuple[int, float]:
-    """Start ``run`` over in a clean directory; marks it finished on success. ``(exit status, wall s)``."""
-    if run.directory.exists():  # an interrupted attempt
-        shutil.rmtree(run.directory)
-    run.directory.mkdir(parents=True)
+    """Run ``run``: on from its ``last.ckpt`` (:func:`resumable`), else over in a clean directory; marks it
+    finished on success. ``(exit status, wall s)``."""
+    checkpoint = resumable(run, argv)
+    if checkpoint is not None:
+        print(f"{run.variant} seed {run.seed}: going on from {checkpoint}", flush=True)
+        command = [*argv, "--ckpt_path", "last"]
+    else:
+        if run.directory.exists():  # an interrupted attempt that cannot go on
+            shutil.rmtree(run.directory)
+        run.directory.mkdir(parents=True)
+        (run.directory / STARTED).write_text(json.dumps({"argv": argv}))
+        command = argv
     start = time.perf_counter()
-    code = runner(argv, run.directory / "run.log")
+    code = runner(command, run.directory / "run.log")
     wall = time.perf_counter() - start
     if code == 0:
-        write_marker(run, argv, wall)
+        write_marker(run, argv, None if checkpoint is not None else wall)
     return code, wall
 
 
@@ -224,7 +254,8 @@ def report(runs: Sequence[Run], out: Path, table: str = "results") -> list[RunRe
         marker = run.directory / MARKER
         if marker.is_file():
             done = json.loads(marker.read_text())
-            results.append(read_run(run.directory, run.variant, run.seed, run.metric_key, done["wall_s"]))
+            wall = math.nan if done["wall_s"] is None else done["wall_s"]
+            results.append(read_run(run.directory, run.variant, run.seed, run.metric_key, wall))
     write_report(
         results,
         out,

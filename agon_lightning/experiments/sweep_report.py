@@ -103,23 +103,63 @@ def _optional(row: dict[str, str], key: str) -> float:
     return float(row[key]) if row.get(key) else math.nan
 
 
-def latest_metrics(directory: Path) -> Path:
-    """A run's ``metrics.csv`` of its latest ``lightning_logs/version_*`` (a resumed run logs a new one)."""
+def metrics_files(directory: Path) -> list[Path]:
+    """A run's ``lightning_logs/version_*/metrics.csv``, oldest first (each resumed sitting logs a new version)."""
     logs = sorted(
         directory.glob("lightning_logs/version_*/metrics.csv"), key=lambda p: int(p.parent.name[8:])
     )
     if not logs:
         raise FileNotFoundError(f"no lightning_logs/version_*/metrics.csv under {directory}")
-    return logs[-1]
+    return logs
+
+
+def latest_metrics(directory: Path) -> Path:
+    """A run's ``metrics.csv`` of its latest ``lightning_logs/version_*`` (a resumed run logs a new one)."""
+    return metrics_files(directory)[-1]
+
+
+def _is_val(row: dict[str, str]) -> bool:
+    return any(v and k.startswith(("val/", "trace/val/")) for k, v in row.items())
+
+
+def stitch(sittings: Sequence[list[dict[str, str]]]) -> list[dict[str, str]]:
+    """The rows a run never stopped would have logged, from the ``metrics.csv`` rows of each sitting of a resumed one.
+
+    A training row's ``step`` is the step's index and an evaluation row's the steps trained, so a
+    sitting resumed after ``k`` steps starts at a training row ``k`` or an evaluation row ``k + 1``.
+    Each sitting gives the rows before that point of the next one: what it logged after the
+    checkpoint the next resumed from was logged again there (``agon fit --ckpt_path last`` repeats
+    it exactly).
+    """
+    rows: list[dict[str, str]] = []
+    for i, sitting in enumerate(sittings):
+        later = (
+            [int(r["step"]) - _is_val(r) for r in sittings[i + 1] if r.get("step")]
+            if i + 1 < len(sittings)
+            else []
+        )
+        if not later:  # the last sitting, or a next one that logged nothing
+            rows += sitting
+            continue
+        resumed_at = min(later)
+        rows += [r for r in sitting if not r.get("step") or int(r["step"]) - _is_val(r) < resumed_at]
+    return rows
+
+
+def run_rows(directory: Path) -> tuple[list[dict[str, str]], Path]:
+    """A run's ``metrics.csv`` rows across every sitting (:func:`stitch`), and its latest log folder."""
+    files = metrics_files(directory)
+    return stitch([list(csv.DictReader(f.open())) for f in files]), files[-1].parent
 
 
 def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) -> RunResult:
-    """Read a finished run's ``metrics.csv`` (latest version) and ``config.yaml``."""
-    metrics = latest_metrics(directory)
-    rows = list(csv.DictReader(metrics.open()))
+    """Read a finished run's ``metrics.csv`` (every sitting of a resumed one, :func:`run_rows`) and the
+    latest sitting's ``config.yaml`` and ``outcomes.jsonl``."""
+    rows, latest = run_rows(directory)
+    metrics = latest / "metrics.csv"
     evals = [r for r in rows if r.get(f"val/{key}/pass@1")]
     if not evals:
-        raise ValueError(f"{metrics} has no val/{key}/pass@1: did the run evaluate?")
+        raise ValueError(f"{directory} logs no val/{key}/pass@1: did the run evaluate?")
     curve = {int(r["step"]): (_float(r, f"val/{key}/pass@1"), _float(r, f"val/{key}/length")) for r in evals}
     steps = [r for r in rows if r.get("time/update_s")]  # every game's training steps log their time
     # Rollout tokens are counted where the roles are drafts and challenges (P problems × N each); another
