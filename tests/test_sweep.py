@@ -3,16 +3,21 @@
 import csv
 import json
 import math
+import os
 import random
 import re
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
+import lightning as L
 import pytest
 import yaml
 
 from agon_lightning.cli import AgonCLI
 from agon_lightning.experiments.sweep import (
+    AGON,
     DEFAULT_VARIANTS,
     MARKER,
     STARTED,
@@ -472,6 +477,58 @@ def test_agon_sweep_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     assert [json.loads(line)["deployed"] for line in outcomes.read_text().splitlines()] == ["alpha"] * 6
     assert "moa/converted" in json.loads(outcomes.read_text().splitlines()[0])
     assert "| agon | 1 |" in (out / "results.md").read_text()
+
+
+class KillOnceAt(L.Callback):
+    """SIGKILLs its process as step ``step`` starts, once: the first process to get there leaves ``flag``."""
+
+    def __init__(self, step: int, flag: str) -> None:
+        self.step, self.flag = step, Path(flag)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step >= self.step and not self.flag.exists():
+            self.flag.write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_sweep_run_killed_mid_training_goes_on_and_reads_as_the_run_never_stopped(tiny_model_dir, tmp_path):
+    """Real ``agon fit`` processes: a run SIGKILLed as its third step starts (after its step-2 checkpoint) is
+    resumed by the rerun sweep, and its table row, curve and outcomes are the uninterrupted run's."""
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(json.dumps({"trainer": {"callbacks": [
+        {"class_path": "agon_lightning.callbacks.AgonCheckpoint", "init_args": {"every_n_train_steps": 1}},
+        {"class_path": "test_sweep.KillOnceAt", "init_args": {"step": 2, "flag": str(tmp_path / "killed")}},
+    ]}}))  # fmt: skip
+    overrides = [
+        "--config", str(extra), f"--model.model_name_or_path={tiny_model_dir}", "--trainer.limit_train_batches=3",
+        "--trainer.val_check_interval=2", "--data.init_args.batch_size=2", "--data.init_args.train_size=20",
+        "--data.init_args.val_size=4", "--data.init_args.hard_size=2", "--model.grpo.num_generations=2",
+        "--model.rollout.init_args.max_new_tokens=6",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+
+    def runner(argv: list[str], log_path: Path) -> int:
+        with log_path.open("a") as log:
+            return subprocess.run([*AGON, *argv], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+    killed = plan(["agon"], [3], tmp_path / "killed_sweep", EXPERIMENTS)
+    assert sweep(killed, BASE, overrides, tmp_path / "killed_sweep", runner) == killed  # SIGKILLed
+    assert (tmp_path / "killed").exists() and list(killed[0].directory.rglob("last.ckpt"))
+    assert sweep(killed, BASE, overrides, tmp_path / "killed_sweep", runner) == []  # goes on
+    straight = plan(["agon"], [3], tmp_path / "straight_sweep", EXPERIMENTS)
+    assert (
+        sweep(straight, BASE, overrides, tmp_path / "straight_sweep", runner) == []
+    )  # the flag is left: no kill
+    (resumed,), (whole,) = (
+        report(killed, tmp_path / "killed_sweep"),
+        report(straight, tmp_path / "straight_sweep"),
+    )
+    assert len(list(killed[0].directory.glob("lightning_logs/version_*"))) == 2
+    assert whole.steps == 3 and [s for s, _, _ in whole.curve] == [0, 2, 3]
+    for field in ("steps", "curve", "hard_curve", "rollout_tokens", "pass_at_1", "length", "outcomes"):
+        assert getattr(resumed, field) == getattr(whole, field), field
 
 
 def test_each_run_names_the_policy_it_deployed_and_the_plots_dash_cascades(tmp_path, monkeypatch):
