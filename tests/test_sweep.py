@@ -350,6 +350,10 @@ def test_an_interrupted_run_goes_on_from_its_last_checkpoint_and_a_changed_one_s
         return 0
 
     assert sweep([run], BASE, [], out, killed_after_3_steps) == [run]
+    capsys.readouterr()
+    sweep_main(["--variants", "agon", "--seeds", "0", "--out", str(out), "--base-config", str(BASE),
+                "--experiments-dir", str(EXPERIMENTS), "--dry-run"])  # fmt: skip
+    assert capsys.readouterr().out.strip().endswith("--ckpt_path last")  # a dry run shows the resume it would run
     assert sweep([run], BASE, [], out, goes_on) == []
     assert commands == [run.argv(BASE, []), [*run.argv(BASE, []), "--ckpt_path", "last"]]
     assert "agon seed 0: going on from" in capsys.readouterr().out

@@ -351,7 +351,8 @@ def sweep_main(argv: Sequence[str] | None = None) -> None:
         for run in (r for r in runs if not r.derived):
             argv_run = run.argv(args.base_config, overrides)
             if not finished(run, argv_run):
-                print("agon " + " ".join(argv_run))
+                goes_on = resumable(run, argv_run) is not None  # what attempt() would run
+                print("agon " + " ".join([*argv_run, *(["--ckpt_path", "last"] if goes_on else [])]))
         return
     runner = partial(run_agon, threads=args.threads)
     failed = sweep(runs, args.base_config, overrides, args.out, runner, args.jobs, args.table)
