@@ -151,6 +151,12 @@ def write_marker(run: Run, argv: list[str], wall_s: float | None) -> None:
     os.replace(tmp, marker)  # atomic: a marker is either absent or complete
 
 
+def marked_wall_s(marker: Path) -> float:
+    """The wall seconds a finished run's marker records; NaN for a run resumed by the sweep (not timed whole)."""
+    wall = json.loads(marker.read_text())["wall_s"]
+    return math.nan if wall is None else float(wall)
+
+
 def resumable(run: Run, argv: list[str]) -> Path | None:
     """The ``last.ckpt`` an unfinished training run goes on from: one left by an attempt started with ``argv``."""
     started = run.directory / STARTED
@@ -253,9 +259,9 @@ def report(runs: Sequence[Run], out: Path, table: str = "results") -> list[RunRe
     for run in runs:
         marker = run.directory / MARKER
         if marker.is_file():
-            done = json.loads(marker.read_text())
-            wall = math.nan if done["wall_s"] is None else done["wall_s"]
-            results.append(read_run(run.directory, run.variant, run.seed, run.metric_key, wall))
+            results.append(
+                read_run(run.directory, run.variant, run.seed, run.metric_key, marked_wall_s(marker))
+            )
     write_report(
         results,
         out,

@@ -16,7 +16,6 @@ It writes ``endpoints.md`` and, beside it, ``endpoints.json``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from collections.abc import Sequence
@@ -73,27 +72,23 @@ class Difference:
 
 def p50_curve(run_dir: Path, key: str = "deployed", split: str = "") -> dict[int, float]:
     """step → the p50 completion length of the answering stage of ``key`` at that evaluation."""
-    from agon_lightning.experiments.sweep_report import latest_metrics
+    from agon_lightning.experiments.sweep_report import run_rows
 
     column = f"val/{split + '/' if split else ''}{key}/length/p50"
-    return {
-        int(r["step"]): float(r[column])
-        for r in csv.DictReader(latest_metrics(run_dir).open())
-        if r.get(column)
-    }
+    return {int(r["step"]): float(r[column]) for r in run_rows(run_dir)[0] if r.get(column)}
 
 
 def load(out: Path):
     """Every finished run under ``out`` (``VARIANT/seed_N/`` with the sweep's marker):
     ``(results, {(variant, seed): run directory})``."""
-    from agon_lightning.experiments.sweep import EVAL_ONLY, MARKER
+    from agon_lightning.experiments.sweep import EVAL_ONLY, MARKER, marked_wall_s
     from agon_lightning.experiments.sweep_report import read_run
 
     results, dirs = [], {}
     for marker in sorted(out.glob(f"*/seed_*/{MARKER}")):
         run_dir = marker.parent
         variant, seed = run_dir.parent.name, int(run_dir.name.removeprefix("seed_"))
-        wall = json.loads(marker.read_text())["wall_s"]
+        wall = marked_wall_s(marker)
         results.append(read_run(run_dir, variant, seed, EVAL_ONLY.get(variant, "deployed"), wall))
         dirs[variant, seed] = run_dir
     return results, dirs

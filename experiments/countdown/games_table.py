@@ -17,7 +17,6 @@ archived yet are marked partial.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import tempfile
 from pathlib import Path
@@ -33,9 +32,9 @@ SPLITS = (("", "main"), ("hard", "hard"))
 
 def seconds_per_step(run_dir: Path) -> float | None:
     """Mean ``time/generate_s + time/update_s`` over the run's training steps."""
-    from agon_lightning.experiments.sweep_report import latest_metrics
+    from agon_lightning.experiments.sweep_report import run_rows
 
-    rows = list(csv.DictReader(latest_metrics(run_dir).open()))
+    rows, _ = run_rows(run_dir)  # every sitting of a run the sweep resumed
     steps = [float(r["time/generate_s"]) + float(r["time/update_s"]) for r in rows if r.get("time/update_s")]
     return sum(steps) / len(steps) if steps else None
 

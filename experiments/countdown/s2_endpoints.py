@@ -255,13 +255,10 @@ def compute(runs: dict[tuple[str, int], Path], registration: Registration = S2) 
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:
-    """The rows of the run's metrics.csv (its latest version), read once per run."""
-    import csv
+    """The rows of the run's metrics.csv (every sitting of a run the sweep resumed), read once per run."""
+    from agon_lightning.experiments.sweep_report import run_rows
 
-    from agon_lightning.experiments.sweep_report import latest_metrics
-
-    with latest_metrics(run_dir).open() as f:
-        return list(csv.DictReader(f))
+    return run_rows(run_dir)[0]
 
 
 def last_logged(rows: list[dict[str, str]], metric: str) -> float | None:

@@ -15,7 +15,6 @@ reading, and writes ``pilot.json`` beside the archive.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import tempfile
 from pathlib import Path
@@ -26,14 +25,10 @@ NO_ROOM = 0.90  # GRPO's pass@1 at T above which the main split moves to 4 numbe
 
 
 def curve(run_dir: Path, column: str) -> dict[int, float]:
-    """step → ``column`` at each evaluation of the run's latest metrics."""
-    from agon_lightning.experiments.sweep_report import latest_metrics
+    """step → ``column`` at each evaluation of the run (every sitting of a run the sweep resumed)."""
+    from agon_lightning.experiments.sweep_report import run_rows
 
-    return {
-        int(r["step"]): float(r[column])
-        for r in csv.DictReader(latest_metrics(run_dir).open())
-        if r.get(column)
-    }
+    return {int(r["step"]): float(r[column]) for r in run_rows(run_dir)[0] if r.get(column)}
 
 
 def training_length(mean_pass: dict[int, float], cap: int) -> dict:
