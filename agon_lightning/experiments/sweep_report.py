@@ -152,6 +152,11 @@ def run_rows(directory: Path) -> tuple[list[dict[str, str]], Path]:
     return stitch([list(csv.DictReader(f.open())) for f in files]), files[-1].parent
 
 
+def logged_by_step(directory: Path, column: str) -> dict[int, float]:
+    """step → ``column`` wherever the run logged it, across every sitting (:func:`run_rows`)."""
+    return {int(r["step"]): float(r[column]) for r in run_rows(directory)[0] if r.get(column)}
+
+
 def read_run(directory: Path, variant: str, seed: int, key: str, wall_s: float) -> RunResult:
     """Read a finished run's ``metrics.csv`` (every sitting of a resumed one, :func:`run_rows`) and the
     latest sitting's ``config.yaml`` and ``outcomes.jsonl``."""

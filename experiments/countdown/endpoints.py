@@ -72,10 +72,9 @@ class Difference:
 
 def p50_curve(run_dir: Path, key: str = "deployed", split: str = "") -> dict[int, float]:
     """step → the p50 completion length of the answering stage of ``key`` at that evaluation."""
-    from agon_lightning.experiments.sweep_report import run_rows
+    from agon_lightning.experiments.sweep_report import logged_by_step
 
-    column = f"val/{split + '/' if split else ''}{key}/length/p50"
-    return {int(r["step"]): float(r[column]) for r in run_rows(run_dir)[0] if r.get(column)}
+    return logged_by_step(run_dir, f"val/{split + '/' if split else ''}{key}/length/p50")
 
 
 def load(out: Path):

@@ -26,9 +26,9 @@ NO_ROOM = 0.90  # GRPO's pass@1 at T above which the main split moves to 4 numbe
 
 def curve(run_dir: Path, column: str) -> dict[int, float]:
     """step → ``column`` at each evaluation of the run (every sitting of a run the sweep resumed)."""
-    from agon_lightning.experiments.sweep_report import run_rows
+    from agon_lightning.experiments.sweep_report import logged_by_step
 
-    return {int(r["step"]): float(r[column]) for r in run_rows(run_dir)[0] if r.get(column)}
+    return logged_by_step(run_dir, column)
 
 
 def training_length(mean_pass: dict[int, float], cap: int) -> dict:
