@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.base import Rollout, RolloutBatch
+    from agon_lightning.training.deployment import Deployment
     from agon_lightning.training.module import StepRecord
 
 
@@ -32,6 +33,11 @@ class EvaluatorView(Protocol):
     """The last validation batch's decoded outputs (``key``, ``text``, ...)."""
     deployed_key: str
     """The evaluator key of the policy a bundle deploys (``cascade_ab``, ``alpha``, ...)."""
+
+    @property
+    def deployment(self) -> Deployment:
+        """The policy a bundle deploys: the game's answer graph or a cascade's drafter and answerer."""
+        ...
 
     @property
     def deployed_drafter(self) -> str | None:
