@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from experiments.countdown.s3_pilot import training_length
 
 STEPS = range(0, 481, 40)
@@ -34,3 +36,32 @@ def test_a_dip_then_a_rise_within_the_window_is_not_flat():
 def test_no_room_is_flagged():
     curve = {s: 0.85 + 0.06 * min(s, 160) / 160 for s in STEPS}
     assert training_length(curve)["main_split"] == "no room (amendment)"
+
+
+def test_the_command_reads_the_archived_seeds_their_curve_and_seconds_per_step(tmp_path, capsys):
+    import csv
+    import json
+
+    from agon_lightning.experiments.archive import archive_path, archive_run
+    from experiments.countdown.s3_pilot import main
+
+    curve = {0: 0.50, 40: 0.55, 80: 0.60, 120: 0.70, 160: 0.70, 200: 0.71, 240: 0.71}
+    for seed, seconds in ((1000, 2.0), (1001, 4.0)):
+        run = tmp_path / "runs" / f"seed_{seed}"
+        (run / "lightning_logs" / "version_0").mkdir(parents=True)
+        rows = [
+            {"step": s, "val/deployed/pass@1": p, "val/hard/deployed/pass@1": p / 4} for s, p in curve.items()
+        ]
+        rows += [{"step": s, "time/generate_s": seconds - 0.5, "time/update_s": 0.5} for s in range(240)]
+        with open(run / "lightning_logs" / "version_0" / "metrics.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, sorted({k for r in rows for k in r}))
+            writer.writeheader()
+            writer.writerows(rows)
+        (run / "sweep_done.json").write_text("{}")
+        archive_run(run, archive_path(tmp_path / "pilot", "grpo", seed))
+    main([str(tmp_path / "pilot"), "--cap", "240"])
+    record = json.loads((tmp_path / "pilot" / "pilot.json").read_text())
+    assert (record["T"], record["capped"]) == (120, False)  # +0.20 of +0.21; +0.01 over the next 80
+    assert record["seconds_per_step"] == pytest.approx(3.0)
+    assert record["per_seed_seconds_per_step"] == pytest.approx([2.0, 4.0])
+    assert "seconds per training step" in capsys.readouterr().out

@@ -31,6 +31,16 @@ def curve(run_dir: Path, column: str) -> dict[int, float]:
     return logged_by_step(run_dir, column)
 
 
+def step_seconds(run_dir: Path) -> float:
+    """A run's mean seconds per training step: sampling and update (``time/generate_s`` + ``time/update_s``),
+    every sitting; evaluations are not in it."""
+    generate, update = curve(run_dir, "time/generate_s"), curve(run_dir, "time/update_s")
+    steps = sorted(set(generate) & set(update))
+    if not steps:
+        raise ValueError(f"{run_dir} logs no time/generate_s and time/update_s")
+    return sum(generate[s] + update[s] for s in steps) / len(steps)
+
+
 def training_length(mean_pass: dict[int, float], cap: int) -> dict:
     """The rule on a mean curve (step → pass@1): ``T``, whether it was capped, the gains, and the split."""
     steps = sorted(mean_pass)
@@ -67,6 +77,7 @@ def main(argv: list[str] | None = None, rule=training_length, default_cap: int =
             raise SystemExit(f"no archived grpo run under {args.pilot / 'archive'}")
         main_curves = [curve(d, "val/deployed/pass@1") for d in runs]
         hard_curves = [curve(d, "val/hard/deployed/pass@1") for d in runs]
+        per_step = [step_seconds(d) for d in runs]
     steps = sorted(set.intersection(*(set(c) for c in main_curves)))
     mean_main = {s: sum(c[s] for c in main_curves) / len(main_curves) for s in steps}
     mean_hard = {s: sum(c.get(s, float("nan")) for c in hard_curves) / len(hard_curves) for s in steps}
@@ -74,7 +85,7 @@ def main(argv: list[str] | None = None, rule=training_length, default_cap: int =
     print(f"GRPO pilot, {len(runs)} seeds: deployed pass@1 against step (mean over seeds)\n")
     print(
         "| step | main | gain over step 0 | hard | "
-        + " | ".join(f"seed {k}" for k in range(len(runs)))
+        + " | ".join(d.name.replace("_", " ") for d in runs)
         + " |"
     )
     print("|---|---|---|---|" + "---|" * len(runs))
@@ -84,8 +95,12 @@ def main(argv: list[str] | None = None, rule=training_length, default_cap: int =
     print(f"\nT = {reading['T']}{' (capped: still rising at the cap)' if reading['capped'] else ''}; "
           f"largest gain {reading['largest_gain']:+.3f} at step {reading['largest_gain_step']}; "
           f"pass@1 at T {reading['pass_at_T']:.3f}: main split of {reading['main_split']}")  # fmt: skip
+    seconds = sum(per_step) / len(per_step)
+    print(f"seconds per training step (sampling and update, evaluations excluded; mean over seeds): {seconds:.2f} "
+          f"({', '.join(f'{s:.2f}' for s in per_step)})")  # fmt: skip
     record = {"runs": [d.parent.name + "/" + d.name for d in runs], "main": mean_main, "hard": mean_hard,
-              "per_seed_main": main_curves, **reading}  # fmt: skip
+              "per_seed_main": main_curves, "seconds_per_step": seconds, "per_seed_seconds_per_step": per_step,
+              **reading}  # fmt: skip
     (args.pilot / "pilot.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"written to {args.pilot / 'pilot.json'}")
 
