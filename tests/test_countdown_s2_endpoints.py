@@ -168,3 +168,23 @@ def test_part_3_reads_the_league_and_the_kl_anchor_against_agon_in_their_own_fam
     assert kl["mean"] == pytest.approx(0.05)
     text = (out / "endpoints_league.md").read_text()
     assert "--family league" in text and "`grpo`" not in text.split("Runs archived")[1].split("\n")[0]
+
+
+def test_s3_registers_seventeen_seeds_a_row_and_the_same_adapters_second_pass(tmp_path):
+    out = tmp_path / "sweep"
+    made = {(v, s): finished(out, v, s) for v in ("agon", "cooperative", "grpo") for s in range(3)}
+    finished(out, "moa_untrained", 0)
+    main([str(out), "--family", "s3"])
+    record = {
+        (e["name"], e["split"]): e for e in json.loads((out / "endpoints.json").read_text())["endpoints"]
+    }
+    name = "the second pass on one adapter: GRPO's self-cascade − GRPO alone"
+    selfc = np.array([made["grpo", s]["cascade_aa"][:N] for s in range(3)], dtype=float)
+    alone = np.array([made["grpo", s]["alpha"][:N] for s in range(3)], dtype=float)
+    d = crossed_t(selfc, alone)
+    e = record[name, "main"]
+    assert (e["mean"], e["p"]) == pytest.approx((d.mean, d.p)) and e["decision"] == "no decision (secondary)"
+    assert e["mde"] is not None and e["mde"] > 0  # a null is read with the effect it could have missed
+    primaries = [e for e in record.values() if e["primary"] and e["split"] == "main"]
+    assert len(primaries) == 3 and not any(e["final"] for e in primaries)  # 3 of 17 seeds: interim
+    assert "--family s3" in (out / "endpoints.md").read_text()

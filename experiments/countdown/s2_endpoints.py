@@ -118,7 +118,25 @@ LEAGUE = Registration(
     ),
     cascades=(("agon", "deployed"), ("league", "deployed"), ("kl_anchor", "deployed")),
 )
-REGISTRATIONS = {"s2": S2, "league": LEAGUE}
+#: S3's part 2 (``benchmarks/results/countdown/s3/README.md``): S2's question on S3's testbed, S seeds a row.
+S3_SEEDS = 17
+S3 = Registration(
+    stem="endpoints",
+    title="Countdown S3: the registered endpoints",
+    section="part 2",
+    seeds={"agon": S3_SEEDS, "cooperative": S3_SEEDS, "grpo": S3_SEEDS, "moa_untrained": 1},
+    primaries=S2.primaries,
+    secondaries=(
+        *S2.secondaries,
+        (
+            "the second pass on one adapter: GRPO's self-cascade − GRPO alone",
+            ("grpo", "cascade_aa"),
+            ("grpo", ALPHA),
+        ),
+    ),
+    cascades=S2.cascades,
+)
+REGISTRATIONS = {"s2": S2, "league": LEAGUE, "s3": S3}
 
 
 @dataclass
@@ -458,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", type=Path, help="the sweep's --out, holding archive/VARIANT/seed_N.tar.gz")
     parser.add_argument("--family", choices=sorted(REGISTRATIONS), default="s2",
-                        help="which registered family: s2 (part 2, the default) or league (part 3)")  # fmt: skip
+                        help="which registered family: s2 (S2's part 2, the default), league (S2's part 3) or s3 (S3's part 2)")  # fmt: skip
     parser.add_argument("--experiments-dir", type=Path, default=None,
                         help="the variants' overlays (default: configs/experiments, else the shipped ones)")  # fmt: skip
     args = parser.parse_args(argv)
