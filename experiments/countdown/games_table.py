@@ -16,13 +16,17 @@ archived yet are marked partial.
 
 from __future__ import annotations
 
-import argparse
 import json
-import tempfile
 from pathlib import Path
 
 from agon_lightning.experiments.stats import crossed_t
-from experiments.countdown.s2_endpoints import minimum_detectable, outcomes_of, table, unpacked_runs
+from experiments.countdown.s2_endpoints import (
+    archive_parser,
+    archived_runs,
+    minimum_detectable,
+    outcomes_of,
+    table,
+)
 
 ROWS = ("grpo", "agon", "prover_verifier", "debate", "challenger_solver", "zero_sum")
 REFERENCE = "grpo"
@@ -109,13 +113,9 @@ def markdown(records: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep's --out, holding archive/VARIANT/seed_N.tar.gz")
+    parser = archive_parser(__doc__)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        runs = unpacked_runs(args.sweep, Path(scratch))
-        if not runs:
-            raise SystemExit(f"no archived run under {args.sweep / 'archive'}")
+    with archived_runs(args.sweep) as runs:
         records = compute(runs)
     text = markdown(records)
     (args.sweep / "table.md").write_text(text)

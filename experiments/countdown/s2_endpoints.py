@@ -29,6 +29,8 @@ import argparse
 import json
 import math
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -458,6 +460,27 @@ def unpacked_runs(sweep: Path, scratch: Path) -> dict[tuple[str, int], Path]:
     return {(d.parent.name, int(d.name.removeprefix("seed_"))): d for d in unpack_all(sweep, scratch)}
 
 
+def archive_parser(doc: str) -> argparse.ArgumentParser:
+    """A command's parser, described by ``doc``'s first paragraph, taking the sweep whose archive it reads."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("sweep", type=Path, help="the sweep's --out, holding archive/VARIANT/seed_N.tar.gz")
+    return parser
+
+
+@contextmanager
+def archived_runs(sweep: Path) -> Iterator[dict[tuple[str, int], Path]]:
+    """``{(row, seed): run directory}`` of the sweep's committed archive, unpacked for the block's length.
+
+    Raises:
+        SystemExit: the sweep has no archived run (its ``archive/`` empty or missing).
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        runs = unpacked_runs(sweep, Path(scratch))
+        if not runs:
+            raise SystemExit(f"no archived run under {sweep / 'archive'}")
+        yield runs
+
+
 def rewrite_tables(sweep: Path, runs: dict[tuple[str, int], Path], experiments_dir: Path | None) -> None:
     """The sweep's results.md, results.csv and plots, from the archive (``agon sweep --from-archive``)."""
     from agon_lightning.experiments.sweep import plan, report_from_archive
@@ -473,18 +496,14 @@ def rewrite_tables(sweep: Path, runs: dict[tuple[str, int], Path], experiments_d
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep's --out, holding archive/VARIANT/seed_N.tar.gz")
+    parser = archive_parser(__doc__)
     parser.add_argument("--family", choices=sorted(REGISTRATIONS), default="s2",
                         help="which registered family: s2 (S2's part 2, the default), league (S2's part 3) or s3 (S3's part 2)")  # fmt: skip
     parser.add_argument("--experiments-dir", type=Path, default=None,
                         help="the variants' overlays (default: configs/experiments, else the shipped ones)")  # fmt: skip
     args = parser.parse_args(argv)
     registration = REGISTRATIONS[args.family]
-    with tempfile.TemporaryDirectory() as scratch:
-        runs = unpacked_runs(args.sweep, Path(scratch))
-        if not runs:
-            raise SystemExit(f"no archived run under {args.sweep / 'archive'}")
+    with archived_runs(args.sweep) as runs:
         endpoints = compute(runs, registration)
         divergence = divergences(runs, registration)
         described = describe(runs, registration)

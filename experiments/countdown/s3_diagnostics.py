@@ -27,14 +27,12 @@ and writes ``diagnostics.md`` and ``diagnostics.json`` beside it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import tempfile
 from pathlib import Path
 
 from agon_lightning.experiments.sweep_report import run_rows
-from experiments.countdown.s2_endpoints import SPLITS, unpacked_runs
+from experiments.countdown.s2_endpoints import SPLITS, archive_parser, archived_runs
 
 #: the trained rows and the cascade each is read as
 ROWS = {"agon": "deployed", "cooperative": "deployed", "grpo": "cascade_aa"}
@@ -146,13 +144,9 @@ def markdown(curves: dict[str, dict], ablations: dict[str, dict], seeds: dict[st
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep's --out, holding archive/VARIANT/seed_N.tar.gz")
+    parser = archive_parser(__doc__)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        runs = unpacked_runs(args.sweep, Path(scratch))
-        if not runs:
-            raise SystemExit(f"no archived run under {args.sweep / 'archive'}")
+    with archived_runs(args.sweep) as runs:
         seeds = {row: sorted(s for v, s in runs if v == row) for row in ROWS}
         curves = {
             row: row_curve([run_diagnostics(runs[(row, s)], key) for s in seeds[row]])
