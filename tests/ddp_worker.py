@@ -28,7 +28,6 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.cli.game import release_process_group
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.game.prompts import Prompts
 from agon_lightning.strategies import DeepSpeedZeroStrategy, FSDP2Strategy, full_tensors, local
 from agon_lightning.training.module import AgonModule, GRPOOptions
 from agon_lightning.verifiers.exact import ExactMatchVerifier
@@ -121,10 +120,7 @@ def run_steps(
         max_epochs=STEPS, limit_val_batches=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=str(out), callbacks=[recorder, checkpoints],
     )  # fmt: skip
-    # The module's hyperparameters hold these dataclasses (built here, not by the CLI, which saves
-    # dicts); Lightning drops weights_only for strategies that restore after setup (FSDP2, DeepSpeed).
-    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-        trainer.fit(module, data, ckpt_path=resume)
+    trainer.fit(module, data, ckpt_path=resume)
     record = {
         "weights": full_tensors(module.policy),
         "steps": module.agon_step,

@@ -37,7 +37,6 @@ from torch.utils.data import DataLoader
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.cli.game import release_process_group
 from agon_lightning.data.base import collate_problems
-from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.rewards import CompetitiveReward
 from agon_lightning.game.types import Problem, Verdict
 from agon_lightning.rollout import decode_loop
@@ -197,8 +196,7 @@ def run_case(case: str, name: str, model_dir: str, out: Path) -> dict:
     )  # fmt: skip
     error = None
     try:
-        with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-            trainer.fit(module, data)
+        trainer.fit(module, data)
     except Exception as e:  # the case stops: its one line (every rank raises alike, or the test times out)
         error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         traceback.print_exc()

@@ -15,7 +15,6 @@ from scripted import ScriptedRollout
 
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.game.prompts import Prompts
 from agon_lightning.games.base import Game
 from agon_lightning.games.records import StepRecord
 from agon_lightning.training.features import Feature
@@ -83,6 +82,5 @@ def fit_game(
         log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=str(root),
     )  # fmt: skip
-    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-        trainer.fit(module, ReasoningGymDataModule(train_size=16, val_size=1, batch_size=2))
+    trainer.fit(module, ReasoningGymDataModule(train_size=16, val_size=1, batch_size=2))
     return module, trainer, logger, before

@@ -21,7 +21,6 @@ from test_training_paths import ZeroIsRight
 
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.game.prompts import Prompts
 from agon_lightning.games import AgonGame, GRPOGame
 from agon_lightning.games.challenger_solver import ChallengerSolverGame
 from agon_lightning.games.debate import DebateGame
@@ -154,8 +153,7 @@ def fit(module: AgonModule, root, steps: int = STEPS) -> Metrics:
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=str(root), callbacks=[metrics],
     )  # fmt: skip
-    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-        trainer.fit(module, ReasoningGymDataModule(train_size=4 * P * STEPS, val_size=1, batch_size=P))
+    trainer.fit(module, ReasoningGymDataModule(train_size=4 * P * STEPS, val_size=1, batch_size=P))
     return metrics
 
 
@@ -249,8 +247,7 @@ def test_agons_metrics_are_agons_a_judging_game_logs_none_of_them(tiny_model_dir
         log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=str(tmp_path), callbacks=[monitor],
     )  # fmt: skip
-    with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-        trainer.fit(module, ReasoningGymDataModule(train_size=8, val_size=2, batch_size=P))
+    trainer.fit(module, ReasoningGymDataModule(train_size=8, val_size=2, batch_size=P))
     header = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()[0]
     logged = set(header.split(","))
     assert {"train/prover/accuracy", "train/verifier/accuracy"} <= logged

@@ -22,7 +22,6 @@ from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.callbacks import AgonCheckpoint
 from agon_lightning.data.base import ProblemDataset, ResumableDataLoader, collate_problems
 from agon_lightning.data.reasoning_gym import ReasoningGymDataModule
-from agon_lightning.game.prompts import Prompts
 from agon_lightning.game.types import Problem
 from agon_lightning.rollout.hf import HFRollout
 from agon_lightning.rollout.prefetch import too_stale, versions_behind
@@ -106,10 +105,8 @@ def fit(module, steps, tmp_path, callbacks=(), ckpt_path=None):
         enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[metrics, *callbacks],
     )  # fmt: skip
     try:
-        # the hyperparameters hold these dataclasses (built here, not by the CLI, which saves dicts)
-        with torch.serialization.safe_globals([LoraOptions, GRPOOptions, Prompts]):
-            data = ReasoningGymDataModule(train_size=16, val_size=1, batch_size=P)
-            trainer.fit(module, data, ckpt_path=ckpt_path)
+        data = ReasoningGymDataModule(train_size=16, val_size=1, batch_size=P)
+        trainer.fit(module, data, ckpt_path=ckpt_path)
     finally:
         hook.remove()
     return metrics

@@ -53,11 +53,23 @@ __all__ = ["DEFAULT_BASE", "AgonModule", "GRPOOptions"]
 
 DEFAULT_BASE = "agon:tiny-qwen3"
 
-# The option types a module built in Python keeps in its checkpoint's hyper-parameters: allowed to
-# load with torch's default ``weights_only=True``, so ``trainer.fit(..., ckpt_path=...)`` in a script
-# resumes as ``agon fit --ckpt_path`` does (the CLI's hyper-parameters are plain values). A game passed
-# as an object is allowed by its class when the module is built (``__init__``).
-torch.serialization.add_safe_globals([LoraOptions, GRPOOptions, Prompts, KLAnchors, KLAnchor, League])
+#: The option types a module built in Python keeps in its checkpoint's hyper-parameters.
+CHECKPOINT_GLOBALS = (LoraOptions, GRPOOptions, Prompts, KLAnchors, KLAnchor, League)
+
+
+def allow_checkpoint_globals(*extra: type) -> None:
+    """Let torch's default ``weights_only=True`` load the types a module's hyper-parameters hold.
+
+    So ``trainer.fit(..., ckpt_path=...)`` in a script resumes as ``agon fit --ckpt_path`` does (the
+    CLI's hyper-parameters are plain values). Idempotent. Called at import, when a module is built
+    (with a game passed as an object: its class) and again in ``setup``, just before Lightning
+    restores a checkpoint: a ``torch.serialization.safe_globals([...])`` block anywhere in the
+    process removes the types it names when it exits, these included.
+    """
+    torch.serialization.add_safe_globals([*CHECKPOINT_GLOBALS, *extra])
+
+
+allow_checkpoint_globals()
 
 
 class AgonModule(Playing, L.LightningModule):
@@ -143,8 +155,9 @@ class AgonModule(Playing, L.LightningModule):
         if max_consecutive_skips < 1:
             raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
         check_paid(verifier, reward)
-        if not isinstance(game, str):  # the game object is kept in the hyper-parameters: let it load too
-            torch.serialization.add_safe_globals([type(game)])
+        # a game object is kept in the hyper-parameters: its class loads too
+        self._checkpoint_globals = () if isinstance(game, str) else (type(game),)
+        allow_checkpoint_globals(*self._checkpoint_globals)
         self.features = build_features(self.game, kl, league, rollout, grpo, features)
         """The run's features (public), in hook order; each was checked against the game."""
         self.save_hyperparameters(
@@ -218,6 +231,7 @@ class AgonModule(Playing, L.LightningModule):
         """Every adapter parameter: what trains (public)."""
 
     def setup(self, stage: str) -> None:
+        allow_checkpoint_globals(*self._checkpoint_globals)  # before Lightning restores a checkpoint
         check_strategy(self.trainer.strategy)
         self.features.call("setup", self)
         check_problems(self, stage)
