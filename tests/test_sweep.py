@@ -626,3 +626,44 @@ def test_every_finished_run_is_archived_and_the_tables_come_back_from_the_archiv
     sweep_main(args)
     assert (out / "results.md").read_text() == table
     assert not list(out.glob("*/seed_*/")), "the archive was unpacked into the sweep's directory"
+
+
+def test_a_run_records_its_code_and_a_resume_on_other_code_says_so(tmp_path, capsys, monkeypatch):
+    import agon_lightning.experiments.sweep as sweep_module
+
+    out = tmp_path / "out"
+    (run,) = plan(["agon"], [0], out, EXPERIMENTS)
+
+    def killed(argv: list[str], log_path: Path) -> int:
+        (log_path.parent / "checkpoints").mkdir()
+        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
+        return -9
+
+    monkeypatch.setattr(sweep_module, "code_version", lambda: "aaaa111")
+    assert sweep([run], BASE, [], out, killed) == [run]
+    assert json.loads((run.directory / STARTED).read_text())["code"] == "aaaa111"
+    capsys.readouterr()
+    monkeypatch.setattr(sweep_module, "code_version", lambda: "bbbb222+changes")
+    def goes_on(argv: list[str], log_path: Path) -> int:
+        sitting(log_path.parent, 0, STRAIGHT)
+        return 0
+
+    assert sweep([run], BASE, [], out, goes_on) == []
+    printed = capsys.readouterr().out
+    assert "agon seed 0: WARNING: it started on code aaaa111 and goes on with bbbb222+changes" in printed
+    assert json.loads((run.directory / MARKER).read_text())["code"] == "bbbb222+changes"  # its last sitting's
+
+
+def test_the_code_version_is_this_checkouts_commit_and_none_outside_git(tmp_path):
+    from agon_lightning.infra.provenance import code_version
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("this checkout is not a git repository")
+    assert code_version().split("+")[0] == head.stdout.strip()
+    outside = tmp_path / "pkg"
+    outside.mkdir()
+    (outside / "__init__.py").write_text("")
+    assert code_version(outside) is None  # not a git checkout
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert code_version(outside) is None  # inside a repository that does not track it

@@ -51,6 +51,7 @@ from agon_lightning.experiments.archive import archive_path, archive_run, unpack
 from agon_lightning.experiments.paper_table import PAPER_VARIANTS, write_paper_table
 from agon_lightning.experiments.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
 from agon_lightning.infra.errors import CommandParser, UsageError
+from agon_lightning.infra.provenance import code_version
 from agon_lightning.infra.shipped_configs import local_or_shipped, resolve_config
 
 DEFAULT_VARIANTS = (
@@ -58,7 +59,7 @@ DEFAULT_VARIANTS = (
 )  # fmt: skip
 TABLES = ("results", "paper")
 MARKER = "sweep_done.json"
-STARTED = "sweep_started.json"  # written as a training run starts: the arguments a resume must match
+STARTED = "sweep_started.json"  # written as a run starts: the arguments a resume must match; the code
 # The ``agon`` entry point under this very interpreter (no dependence on PATH).
 AGON = (sys.executable, "-c", "from agon_lightning.cli import main; main()")
 
@@ -143,11 +144,16 @@ def finished(run: Run, argv: list[str]) -> bool:
     return True
 
 
-def write_marker(run: Run, argv: list[str], wall_s: float | None) -> None:
-    """Mark ``run`` finished with ``argv``; ``wall_s`` ``None`` (JSON null): not timed whole (resumed)."""
+def write_marker(run: Run, argv: list[str], wall_s: float | None, code: str | None = None) -> None:
+    """Mark ``run`` finished with ``argv``; ``wall_s`` ``None`` (JSON null): not timed whole (resumed).
+
+    ``code``: the code its last sitting ran (:func:`~agon_lightning.infra.provenance.code_version`).
+    """
     marker = run.directory / MARKER
     tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"variant": run.variant, "seed": run.seed, "argv": argv, "wall_s": wall_s}))
+    tmp.write_text(
+        json.dumps({"variant": run.variant, "seed": run.seed, "argv": argv, "wall_s": wall_s, "code": code})
+    )
     os.replace(tmp, marker)  # atomic: a marker is either absent or complete
 
 
@@ -187,21 +193,29 @@ def attempt(run: Run, argv: list[str], runner: Runner) -> tuple[int, float]:
     """Run ``run``: on from its ``last.ckpt`` (:func:`resumable`), else over in a clean directory; marks it
     finished on success. ``(exit status, wall s)``."""
     checkpoint = resumable(run, argv)
+    code = code_version()
     if checkpoint is not None:
         print(f"{run.variant} seed {run.seed}: going on from {checkpoint}", flush=True)
+        began = json.loads((run.directory / STARTED).read_text()).get("code")
+        if began is not None and code is not None and began != code:
+            print(
+                f"{run.variant} seed {run.seed}: WARNING: it started on code {began} and goes on with {code}: "
+                "its steps before and after this point ran different code",
+                flush=True,
+            )
         command = [*argv, "--ckpt_path", "last"]
     else:
         if run.directory.exists():  # an interrupted attempt that cannot go on
             shutil.rmtree(run.directory)
         run.directory.mkdir(parents=True)
-        (run.directory / STARTED).write_text(json.dumps({"argv": argv}))
+        (run.directory / STARTED).write_text(json.dumps({"argv": argv, "code": code}))
         command = argv
     start = time.perf_counter()
-    code = runner(command, run.directory / "run.log")
+    status = runner(command, run.directory / "run.log")
     wall = time.perf_counter() - start
-    if code == 0:
-        write_marker(run, argv, None if checkpoint is not None else wall)
-    return code, wall
+    if status == 0:
+        write_marker(run, argv, None if checkpoint is not None else wall, code)
+    return status, wall
 
 
 def sweep(
