@@ -89,6 +89,10 @@ SMOKES: dict[str, Smoke] = {
         check=lambda d: not d["stale"] and len(d["tables"]) >= 6,
     ),
     "bench_dynamic_sampling": Smoke(f"--smoke {OUT}", "dynamic_sampling.json", ("environment", "runs", "table")),
+    "bench_idle_groups": Smoke(  # the two sides of every step end with the same adapters (float rounding)
+        f"--smoke --steps 2 {OUT}", "idle_groups.json", ("environment", "steps", "summary", "table"),
+        check=lambda d: len(d["steps"]) == 2 and d["summary"]["max_adapter_diff"] < 1e-5,
+    ),
     "bench_logprobs": Smoke(
         f"--batch 1 --lengths 8 --vocab 256 --hidden 8 --chunk 4 {OUT}", "logprobs.json", ("environment", "results")
     ),

@@ -47,13 +47,60 @@ def policy_logprobs(
     The rows of a group (``group_size`` rows; ``None``: ``grpo.num_generations``) share their
     prompt's leading tokens, which run once per group.
     """
-    rb = rollouts.select(rows)
     groups = sample_groups(rows, len(rollouts), group_size or learner.grpo.num_generations)
+    return _logprobs(learner, adapter, rollouts.select(rows), groups)
+
+
+def _logprobs(
+    learner: Learner, adapter: str | None, rb: RolloutBatch, groups: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``(log-probs, entropies)`` ``[B, T]`` of every row of ``rb``, whose consecutive groups have sizes ``groups``."""
     args = (learner.policy, rb.prompt_ids, rb.prompt_mask, rb.completion_ids, rb.completion_mask, groups)
     with using(learner.policy, adapter, learner.trainable):
         hidden = completion_hidden_states(*args)
     return token_logprobs(hidden, output_weight(learner.policy), rb.completion_ids, float(learner.rollout.temperature),
                           learner.grpo.logprob_chunk_size, learner.logit_head)  # fmt: skip
+
+
+def idle_groups(advantages: Tensor, groups: Tensor) -> Tensor:
+    """``[G]`` bool: the groups (consecutive sizes ``groups``) whose every advantage is exactly 0."""
+    bounds = torch.cumsum(groups, 0).tolist()
+    starts = [0, *bounds[:-1]]
+    zero = (advantages == 0).cpu()
+    return torch.tensor([bool(zero[a:b].all()) for a, b in zip(starts, bounds)], dtype=torch.bool)
+
+
+def trained_logprobs(learner: Learner, role: RoleRollout, rows: slice, beta: float) -> tuple[Tensor, Tensor]:
+    """:func:`policy_logprobs` of ``role``'s adapter on ``rows``, with a graph only where a gradient can come from.
+
+    With β = 0 a row's share of the loss is its advantage times terms of its log-probs, so a group
+    whose every advantage is 0 (rewards that all agree) adds exactly nothing to any gradient: its
+    forward runs without autograd (its log-probs and statistics as before) and the backward
+    skips it. One group keeps its graph when all are idle, so that every adapter takes part in
+    every backward (DDP and DeepSpeed need it). Values and gradients are the full forward's up to
+    float rounding (``tests/test_update_idle_groups.py``).
+    """
+    total = len(role.rollouts)
+    groups = sample_groups(rows, total, role.group_size or learner.grpo.num_generations)
+    rb = role.rollouts.select(rows)
+    if beta > 0 or not torch.is_grad_enabled():
+        return _logprobs(learner, role.adapter, rb, groups)
+    idle = idle_groups(role.advantages[rows], groups)
+    if bool(idle.all()):
+        idle[0] = False  # one group keeps the adapter in the backward
+    if not bool(idle.any()):
+        return _logprobs(learner, role.adapter, rb, groups)
+    owner = torch.repeat_interleave(torch.arange(len(groups)), groups)  # each row's group
+    live = torch.nonzero(~idle[owner]).flatten()
+    still = torch.nonzero(idle[owner]).flatten()
+    logp, entropy = _logprobs(learner, role.adapter, rb.take(live), groups[~idle])
+    with torch.no_grad():
+        idle_logp, idle_entropy = _logprobs(learner, role.adapter, rb.take(still), groups[idle])
+    order = torch.argsort(torch.cat([live, still])).to(logp.device)  # back to the rows' own order
+    return (
+        torch.cat([logp, idle_logp]).index_select(0, order),
+        torch.cat([entropy, idle_entropy]).index_select(0, order),
+    )
 
 
 def loss_mask(rb: RolloutBatch, mask_truncated: bool) -> Tensor:
@@ -79,7 +126,7 @@ def role_loss(
     grpo = learner.grpo
     ref_adapter, beta = (None, grpo.kl_beta) if reference is None else reference
     rb = role.rollouts.select(rows)
-    logp, entropy = policy_logprobs(learner, role.adapter, role.rollouts, rows, role.group_size)
+    logp, entropy = trained_logprobs(learner, role, rows, beta)
     old = logp.detach() if role.old_logp is None else role.old_logp[rows]
     ref = None
     if beta > 0:
