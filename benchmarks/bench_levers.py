@@ -33,6 +33,7 @@ from benchmarks.common import (
     Workload,
     add_results_dir,
     build_model_dir,
+    coin_verifier,
     make_problems,
     median,
     print_table,
@@ -53,14 +54,13 @@ def build(work: Workload, game: str) -> Any:
     from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule, GRPOOptions
-    from agon_lightning.verifiers.exact import ExactMatchVerifier
 
     torch.manual_seed(work.seed)
     module = AgonModule(
         model_name_or_path=str(build_model_dir(Path(tempfile.mkdtemp()), work)), game=game,
         lora=LoraOptions(r=work.lora_r, alpha=2 * work.lora_r, target_modules=LORA_TARGETS),
         grpo=GRPOOptions(num_generations=work.generations, kl_beta=work.kl_beta),
-        rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=ExactMatchVerifier(),
+        rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=coin_verifier(),
         prompts=Prompts(chat_template=False), validate_at_start=False,
         optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),
     )  # fmt: skip

@@ -29,6 +29,7 @@ from benchmarks.common import (
     Workload,
     add_results_dir,
     build_model_dir,
+    coin_verifier,
     median,
     print_table,
     spawn,
@@ -138,7 +139,6 @@ def run_paths(config: dict[str, Any]) -> dict[str, Any]:
     from agon_lightning.game.prompts import Prompts
     from agon_lightning.rollout import HFRollout
     from agon_lightning.training.module import AgonModule, GRPOOptions
-    from agon_lightning.verifiers.exact import ExactMatchVerifier
     from benchmarks.common import LEARNING_RATE, LORA_TARGETS, StepTimer, make_problems, workload_from
 
     work, dtype, out = workload_from(config), config["dtype"], Path(config["out"])
@@ -162,7 +162,7 @@ def run_paths(config: dict[str, Any]) -> dict[str, Any]:
         model_name_or_path=config["model_dir"], dtype=dtype, game="agon",
         lora=LoraOptions(r=work.lora_r, alpha=2 * work.lora_r, target_modules=LORA_TARGETS),
         grpo=GRPOOptions(num_generations=work.generations, logprob_chunk_size=CHUNK),
-        rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=ExactMatchVerifier(),
+        rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=coin_verifier(),
         prompts=Prompts(chat_template=False), gradient_checkpointing=True, max_grad_norm=1.0,
         optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),
         validate_at_start=False,

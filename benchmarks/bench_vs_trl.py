@@ -28,6 +28,7 @@ from benchmarks.common import (
     StepTimer,
     Workload,
     build_model_dir,
+    coin,
     current_rss_mb,
     make_problems,
     median,
@@ -53,15 +54,11 @@ def run_trl(model_dir: Path, work: Workload, output_dir: str) -> dict[str, Any]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from agon_lightning.game.types import Problem
-    from agon_lightning.verifiers.exact import ExactMatchVerifier
-
     problems = make_problems(work.prompts * (work.steps + 1), work.seed)
     dataset = Dataset.from_list([{"prompt": p.question, "answer": p.answer} for p in problems])
-    verifier = ExactMatchVerifier()
 
-    def correctness(completions: list[str], answer: list[str], **kwargs: Any) -> list[float]:
-        return [float(verifier.verify(c, Problem("", a)).correct) for c, a in zip(completions, answer)]
+    def correctness(completions: list[str], **kwargs: Any) -> list[float]:
+        return [float(coin(c)) for c in completions]  # the reward our side's verifier pays (common.coin)
 
     args = GRPOConfig(
         output_dir=output_dir, per_device_train_batch_size=work.rollouts, num_generations=work.generations,

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -132,6 +133,29 @@ def make_problems(count: int, seed: int = 0) -> list[Any]:
     return problems
 
 
+def coin(completion: str) -> bool:
+    """A fair coin keyed on the completion's text: the benchmarks' reward, the same on every side.
+
+    An untrained model never answers right, so a reward on correctness is 0 for every row: every
+    group's advantages are then 0, and our update (which leaves such groups out of the backward,
+    :func:`agon_lightning.training.update.trained_logprobs`) would skip work that TRL still does.
+    A coin on the text spreads each group's rewards as training does, on both sides alike.
+    """
+    return zlib.crc32(completion.encode()) % 2 == 0
+
+
+def coin_verifier() -> Any:
+    """A :class:`~agon_lightning.verifiers.base.Verifier` whose verdict is :func:`coin`."""
+    from agon_lightning.game.types import Verdict
+    from agon_lightning.verifiers.base import Verifier
+
+    class CoinVerifier(Verifier):
+        def verify(self, completion: str, problem: Any) -> Verdict:
+            return Verdict(correct=coin(completion))
+
+    return CoinVerifier()
+
+
 # ---------------------------------------------------------------------------- our trainer
 SUMMARIZERS = ("strip_trace", "hidden")
 
@@ -162,7 +186,6 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.summarizers.basic import HiddenSummarizer, StripTraceSummarizer
     from agon_lightning.training.module import AgonModule, GRPOOptions
-    from agon_lightning.verifiers.exact import ExactMatchVerifier
 
     if summarizer not in SUMMARIZERS:
         raise ValueError(f"summarizer must be one of {SUMMARIZERS}, got {summarizer!r}")
@@ -182,7 +205,7 @@ def run_ours(model_dir: Path, work: Workload, game: str, summarizer: str = "stri
         lora=LoraOptions(r=work.lora_r, alpha=2 * work.lora_r, target_modules=LORA_TARGETS),
         grpo=GRPOOptions(num_generations=work.generations, kl_beta=work.kl_beta),
         rollout=HFRollout(max_new_tokens=work.max_new_tokens),
-        verifier=ExactMatchVerifier(),
+        verifier=coin_verifier(),
         summarizer=HiddenSummarizer() if summarizer == "hidden" else StripTraceSummarizer(),
         prompts=Prompts(chat_template=False),
         optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),

@@ -23,6 +23,7 @@ from benchmarks.common import (
     Workload,
     add_results_dir,
     build_model_dir,
+    coin_verifier,
     make_problems,
     single_thread,
     write_json,
@@ -39,7 +40,6 @@ def profile(work: Workload, game: str) -> Any:
     from agon_lightning.infra.allocator import reuse_freed_memory
     from agon_lightning.rollout.hf import HFRollout
     from agon_lightning.training.module import AgonModule, GRPOOptions
-    from agon_lightning.verifiers.exact import ExactMatchVerifier
     from benchmarks.common import LEARNING_RATE, LORA_TARGETS
 
     class FixedProblems(ProblemDataModule):
@@ -67,7 +67,7 @@ def profile(work: Workload, game: str) -> Any:
             model_name_or_path=str(build_model_dir(Path(root), work)), game=game,
             lora=LoraOptions(r=work.lora_r, alpha=2 * work.lora_r, target_modules=LORA_TARGETS),
             grpo=GRPOOptions(num_generations=work.generations, kl_beta=work.kl_beta),
-            rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=ExactMatchVerifier(),
+            rollout=HFRollout(max_new_tokens=work.max_new_tokens), verifier=coin_verifier(),
             prompts=Prompts(chat_template=False), validate_at_start=False,
             optimizer=lambda params: torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0),
         )  # fmt: skip
