@@ -16,6 +16,7 @@ from scripted import ScriptedRollout
 import agon_lightning.training.update as update
 from agon_lightning.adapters.policy import LoraOptions
 from agon_lightning.games.records import RoleRollout
+from agon_lightning.games.selection import take_rows
 from agon_lightning.rollout.base import RolloutBatch
 from agon_lightning.training.grpo import LossNormalizer
 from agon_lightning.training.module import AgonModule, GRPOOptions
@@ -129,9 +130,9 @@ def test_idle_groups_are_the_groups_whose_every_advantage_is_zero():
     assert update.idle_groups(adv, groups).tolist() == [True, False, True, True]
 
 
-def test_take_keeps_every_column_of_the_rows_it_picks():
+def test_the_rows_taken_keep_every_column():
     rb = rollouts()
-    picked = rb.take(torch.tensor([5, 0, 9]))
+    picked = take_rows(rb, torch.tensor([5, 0, 9]))
     assert torch.equal(picked.completion_ids, rb.completion_ids[[5, 0, 9]])
     assert torch.equal(picked.prompt_mask, rb.prompt_mask[[5, 0, 9]])
     assert picked.texts == ["row 5", "row 0", "row 9"] and picked.versions == ["v5", "v0", "v9"]

@@ -60,21 +60,6 @@ class RolloutBatch:
             None if self.versions is None else self.versions[index],
         )  # fmt: skip
 
-    def take(self, rows: Tensor) -> RolloutBatch:
-        """Rows ``rows`` (``[K]`` indices, in that order), every column kept."""
-        picked = rows.tolist()
-
-        def on(t: Tensor) -> Tensor:
-            return t[rows.to(t.device)]
-
-        return RolloutBatch(
-            on(self.prompt_ids), on(self.prompt_mask), on(self.completion_ids), on(self.completion_mask),
-            [self.texts[i] for i in picked], on(self.lengths), on(self.truncated),
-            None if self.logprobs is None else on(self.logprobs),
-            None if self.versions is None
-            else on(self.versions) if isinstance(self.versions, Tensor) else [self.versions[i] for i in picked],
-        )  # fmt: skip
-
 
 def completion_mask(completion_ids: Tensor, eos_ids: list[int]) -> tuple[Tensor, Tensor]:
     """``(mask [B, T], truncated [B])``: 1 up to and including the first EOS token."""

@@ -14,6 +14,7 @@ from torch import Tensor
 from agon_lightning.adapters.policy import completion_hidden_states, output_weight, using
 from agon_lightning.adapters.shared_prompt import sample_groups
 from agon_lightning.games.records import RoleRollout
+from agon_lightning.games.selection import take_rows
 from agon_lightning.infra.logprobs import LogitHead, token_logprobs
 from agon_lightning.rollout.base import Rollout, RolloutBatch
 from agon_lightning.strategies import local_grads
@@ -93,9 +94,9 @@ def trained_logprobs(learner: Learner, role: RoleRollout, rows: slice, beta: flo
     owner = torch.repeat_interleave(torch.arange(len(groups)), groups)  # each row's group
     live = torch.nonzero(~idle[owner]).flatten()
     still = torch.nonzero(idle[owner]).flatten()
-    logp, entropy = _logprobs(learner, role.adapter, rb.take(live), groups[~idle])
+    logp, entropy = _logprobs(learner, role.adapter, take_rows(rb, live), groups[~idle])
     with torch.no_grad():
-        idle_logp, idle_entropy = _logprobs(learner, role.adapter, rb.take(still), groups[idle])
+        idle_logp, idle_entropy = _logprobs(learner, role.adapter, take_rows(rb, still), groups[idle])
     order = torch.argsort(torch.cat([live, still])).to(logp.device)  # back to the rows' own order
     return (
         torch.cat([logp, idle_logp]).index_select(0, order),
