@@ -93,6 +93,10 @@ SMOKES: dict[str, Smoke] = {
         f"--smoke --steps 2 {OUT}", "idle_groups.json", ("environment", "steps", "summary", "table"),
         check=lambda d: len(d["steps"]) == 2 and d["summary"]["max_adapter_diff"] < 1e-5,
     ),
+    "bench_projections": Smoke(  # the stacked products compute the same outputs and gradients
+        f"--rows 64 --repeats 1 {OUT}", "projections.json", ("environment", "results", "table"),
+        check=lambda d: d["results"][0]["max_rel_diff"] < 1e-5,
+    ),
     "bench_logprobs": Smoke(
         f"--batch 1 --lengths 8 --vocab 256 --hidden 8 --chunk 4 {OUT}", "logprobs.json", ("environment", "results")
     ),
