@@ -18,7 +18,9 @@ Writes ``projections.json`` (``--results-dir``).
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,8 +28,15 @@ from torch import Tensor
 
 from benchmarks.common import add_results_dir, median, print_table, single_thread, write_json
 
-# The tiny-countdown model's layer (agon_lightning/assets/tiny-countdown/config.json) and its LoRA (r 16, alpha 32).
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, RANK, SCALING = 128, 4, 2, 32, 512, 16, 2.0
+# The tiny-countdown model's layer, read from its shipped config, and configs/countdown.yaml's LoRA (r 16, alpha 32).
+_CONFIG = json.loads(
+    (Path(__file__).resolve().parents[1] / "agon_lightning/assets/tiny-countdown/config.json").read_text()
+)
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = (
+    _CONFIG[k]
+    for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+)
+RANK, SCALING = 16, 2.0
 SHAPES = {  # name: (out, in)
     "q": (HEADS * HEAD_DIM, HIDDEN), "k": (KV_HEADS * HEAD_DIM, HIDDEN), "v": (KV_HEADS * HEAD_DIM, HIDDEN),
     "o": (HIDDEN, HEADS * HEAD_DIM), "gate": (INTERMEDIATE, HIDDEN), "up": (INTERMEDIATE, HIDDEN),
