@@ -75,9 +75,26 @@ class LoraOptions:
             raise ValueError(f"lora.beta_init_std must be >= 0, got {self.beta_init_std}")
 
 
+def load_causal_lm(path: str | Path, **kwargs: Any) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(path, **kwargs)`` with the Hub's kernels off unless asked for.
+
+    Recent transformers releases (5.25 here) kernelize every model they load by default: on a GPU it fetches layer kernels
+    (RMSNorm, SiLU, the rotary embedding) from the Hub, where it can, and runs them in place of the
+    model's own forward, and on every mode switch it walks the whole model again. Training would then
+    depend on whether the Hub was reachable (our GPU machines have no network) and no longer match
+    the decode loop's torch arithmetic, which samples for it; and each sampling call's eval/train
+    switch would cost 5.5 ms instead of 1.5 (the Countdown model with two adapters, on this CPU).
+    ``use_kernels=True`` in ``kwargs`` asks for them.
+    """
+    from transformers import AutoModelForCausalLM
+
+    kwargs.setdefault("use_kernels", False)
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
 def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Module, Any]:
     """Load a causal LM and its tokenizer (left padding, a pad token), base frozen."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -86,7 +103,7 @@ def load_base(name: str, dtype: str = "float32", **kwargs: Any) -> tuple[nn.Modu
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **kwargs)
+    model = load_causal_lm(path, dtype=DTYPES[dtype], **kwargs)
     model.requires_grad_(False)
     model.train()  # from_pretrained returns eval mode; generation switches to eval itself
     return model, tokenizer

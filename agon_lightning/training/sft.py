@@ -111,7 +111,9 @@ class SFTModule(L.LightningModule):
         output_dir: str | None = None,
     ) -> None:
         super().__init__()
-        from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
+        from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+        from agon_lightning.adapters.policy import load_causal_lm
 
         if model_name_or_path is not None and architecture is not None:
             raise ValueError(
@@ -129,7 +131,7 @@ class SFTModule(L.LightningModule):
         else:
             path = resolve_model_path(model_name_or_path)
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForCausalLM.from_pretrained(path)
+            self.model = load_causal_lm(path)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         # Generation pads prompts on the left; training batches are padded by encode_sft_batch.

@@ -156,8 +156,9 @@ def load(
     With ``bundle``, ``base`` is ignored for the bundle's own ``base_model``; ``drafter`` and
     ``answerer`` default to the bundle's (an adapter it does not hold is refused with the names it does).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    from agon_lightning.adapters.policy import load_causal_lm
     from agon_lightning.cli import AgonCLI
     from agon_lightning.infra.model_source import resolve_model_path
 
@@ -182,7 +183,7 @@ def load(
     else:
         path = resolve_model_path(base)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        model = load_causal_lm(path).eval()
     tokenizer.padding_side = "left"
     m = cli.model
     problems = cli.datamodule.val_problems
