@@ -11,7 +11,10 @@ a shared path rather than their own term: ``tiebreak`` ends bit-identical to ``a
 never fires here), and ``shared_opponent`` within 1e-9 of ``no_exchange``. tests/test_rewards.py
 and tests/test_pairing.py check those terms by hand.
 
-The sums are held to 1e-5 (relative): thread counts and CPUs change the last bits, not that. A new
+The sums are held to 1e-5 (relative; the signed sum relative to the absolute sum, since a signed
+sum can nearly cancel): thread counts and CPUs change the last bits, not that. On an Intel Xeon with
+AMX one signed sum of ``margin`` moved by 4.9e-5 of itself, 4.7e-7 of its absolute sum, from the AMD
+EPYC the fixture was written on. A new
 torch may move them further; then write the fixture again from the commit before the upgrade
 (the script saves the tensors; the fixture is their three sums per tensor), never from a commit
 that changes training.
@@ -40,4 +43,7 @@ def test_each_variant_updates_the_adapters_as_before(variant, tiny_model_dir, tm
     for name, (total, absolute, squares) in expected.items():
         t = tensors[name].double()
         got = (float(t.sum()), float(t.abs().sum()), float(t.pow(2).sum()))
-        assert got == pytest.approx((total, absolute, squares), rel=1e-5, abs=1e-8), name
+        # A signed sum can nearly cancel (0.0092 against an absolute sum of 0.97), so its last-bit changes are
+        # measured against the absolute sum, the scale it is summed at; the other two cannot cancel.
+        assert abs(got[0] - total) <= 1e-5 * absolute + 1e-8, (name, got[0], total)
+        assert got[1:] == pytest.approx((absolute, squares), rel=1e-5, abs=1e-8), name
