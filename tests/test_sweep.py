@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import torch
 import yaml
 
 from agon_lightning.cli import AgonCLI
@@ -652,6 +653,69 @@ def test_a_run_records_its_code_and_a_resume_on_other_code_says_so(tmp_path, cap
     printed = capsys.readouterr().out
     assert "agon seed 0: WARNING: it started on code aaaa111 and goes on with bbbb222+changes" in printed
     assert json.loads((run.directory / MARKER).read_text())["code"] == "bbbb222+changes"  # its last sitting's
+
+
+def test_a_run_records_its_environment_and_a_resume_in_another_says_which_parts_differ(tmp_path, capsys, monkeypatch):
+    import agon_lightning.experiments.sweep as sweep_module
+
+    out = tmp_path / "out"
+    (run,) = plan(["agon"], [0], out, EXPERIMENTS)
+    first = {"python": "3.11.7", "torch": "2.13.0", "transformers": "5.24.0", "cpu": "AMD EPYC 7B13"}
+    second = {**first, "transformers": "5.25.0", "cpu": "Intel(R) Xeon(R) Processor"}
+
+    def killed(argv: list[str], log_path: Path) -> int:
+        (log_path.parent / "checkpoints").mkdir()
+        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
+        return -9
+
+    def goes_on(argv: list[str], log_path: Path) -> int:
+        sitting(log_path.parent, 0, STRAIGHT)
+        return 0
+
+    monkeypatch.setattr(sweep_module, "environment", lambda: first)
+    assert sweep([run], BASE, [], out, killed) == [run]
+    assert json.loads((run.directory / STARTED).read_text())["environment"] == first
+    capsys.readouterr()
+    monkeypatch.setattr(sweep_module, "environment", lambda: second)
+    assert sweep([run], BASE, [], out, goes_on) == []
+    printed = capsys.readouterr().out
+    assert (
+        "agon seed 0: WARNING: it goes on in another environment (cpu: AMD EPYC 7B13 -> Intel(R) Xeon(R) "
+        "Processor; transformers: 5.24.0 -> 5.25.0)"
+    ) in printed
+    assert json.loads((run.directory / MARKER).read_text())["environment"] == second  # its last sitting's
+
+
+def test_a_resume_in_the_same_environment_warns_of_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    (run,) = plan(["agon"], [0], out, EXPERIMENTS)
+
+    def killed(argv: list[str], log_path: Path) -> int:
+        (log_path.parent / "checkpoints").mkdir()
+        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
+        return -9
+
+    def goes_on(argv: list[str], log_path: Path) -> int:
+        sitting(log_path.parent, 0, STRAIGHT)
+        return 0
+
+    assert sweep([run], BASE, [], out, killed) == [run]
+    assert sweep([run], BASE, [], out, goes_on) == []
+    assert "another environment" not in capsys.readouterr().out
+
+
+def test_the_environment_names_python_the_installed_libraries_and_the_processor(tmp_path):
+    from agon_lightning.infra.provenance import cpu_model, differences, environment
+
+    env = environment()
+    assert env["python"].count(".") == 2
+    assert env["torch"].startswith(torch.__version__.split("+")[0])
+    assert "vllm" not in env or env["vllm"]  # a package that is not installed is left out, not recorded empty
+    assert env["cpu"]
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n")
+    assert cpu_model(cpuinfo) == "Intel(R) Xeon(R) Processor"
+    assert differences({"a": "1", "b": "2"}, {"a": "1", "c": "3"}) == ["b: 2 -> (none)", "c: (none) -> 3"]
 
 
 def test_the_code_version_is_this_checkouts_commit_and_none_outside_git(tmp_path):

@@ -51,7 +51,7 @@ from agon_lightning.experiments.archive import archive_path, archive_run, unpack
 from agon_lightning.experiments.paper_table import PAPER_VARIANTS, write_paper_table
 from agon_lightning.experiments.sweep_report import DERIVED, EVAL_ONLY, RunResult, read_run, write_report
 from agon_lightning.infra.errors import CommandParser, UsageError
-from agon_lightning.infra.provenance import code_version
+from agon_lightning.infra.provenance import code_version, differences, environment
 from agon_lightning.infra.shipped_configs import local_or_shipped, resolve_config
 
 DEFAULT_VARIANTS = (
@@ -144,15 +144,19 @@ def finished(run: Run, argv: list[str]) -> bool:
     return True
 
 
-def write_marker(run: Run, argv: list[str], wall_s: float | None, code: str | None = None) -> None:
+def write_marker(
+    run: Run, argv: list[str], wall_s: float | None, code: str | None = None, env: dict[str, str] | None = None
+) -> None:
     """Mark ``run`` finished with ``argv``; ``wall_s`` ``None`` (JSON null): not timed whole (resumed).
 
-    ``code``: the code its last sitting ran (:func:`~agon_lightning.infra.provenance.code_version`).
+    ``code`` and ``env``: the code its last sitting ran and on what
+    (:func:`~agon_lightning.infra.provenance.code_version`, :func:`~agon_lightning.infra.provenance.environment`).
     """
     marker = run.directory / MARKER
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(
-        json.dumps({"variant": run.variant, "seed": run.seed, "argv": argv, "wall_s": wall_s, "code": code})
+        json.dumps({"variant": run.variant, "seed": run.seed, "argv": argv, "wall_s": wall_s, "code": code,
+                    "environment": env})  # fmt: skip
     )
     os.replace(tmp, marker)  # atomic: a marker is either absent or complete
 
@@ -193,14 +197,23 @@ def attempt(run: Run, argv: list[str], runner: Runner) -> tuple[int, float]:
     """Run ``run``: on from its ``last.ckpt`` (:func:`resumable`), else over in a clean directory; marks it
     finished on success. ``(exit status, wall s)``."""
     checkpoint = resumable(run, argv)
-    code = code_version()
+    code, env = code_version(), environment()
     if checkpoint is not None:
         print(f"{run.variant} seed {run.seed}: going on from {checkpoint}", flush=True)
-        began = json.loads((run.directory / STARTED).read_text()).get("code")
+        started = json.loads((run.directory / STARTED).read_text())
+        began = started.get("code")
         if began is not None and code is not None and began != code:
             print(
                 f"{run.variant} seed {run.seed}: WARNING: it started on code {began} and goes on with {code}: "
                 "its steps before and after this point ran different code",
+                flush=True,
+            )
+        changed = differences(started["environment"], env) if started.get("environment") else []
+        if changed:
+            print(
+                f"{run.variant} seed {run.seed}: WARNING: it goes on in another environment ({'; '.join(changed)}): "
+                "its steps after this point may compute their sums in another order, so its trajectory need "
+                "not be the one an unbroken run would have drawn",
                 flush=True,
             )
         command = [*argv, "--ckpt_path", "last"]
@@ -208,13 +221,13 @@ def attempt(run: Run, argv: list[str], runner: Runner) -> tuple[int, float]:
         if run.directory.exists():  # an interrupted attempt that cannot go on
             shutil.rmtree(run.directory)
         run.directory.mkdir(parents=True)
-        (run.directory / STARTED).write_text(json.dumps({"argv": argv, "code": code}))
+        (run.directory / STARTED).write_text(json.dumps({"argv": argv, "code": code, "environment": env}))
         command = argv
     start = time.perf_counter()
     status = runner(command, run.directory / "run.log")
     wall = time.perf_counter() - start
     if status == 0:
-        write_marker(run, argv, None if checkpoint is not None else wall, code)
+        write_marker(run, argv, None if checkpoint is not None else wall, code, env)
     return status, wall
 
 

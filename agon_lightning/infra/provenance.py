@@ -1,9 +1,10 @@
-"""Which code a run executes: the commit of the checkout ``agon_lightning`` is imported from.
+"""Which code a run executes (the commit of the checkout ``agon_lightning`` is imported from), and on what.
 
 A sweep's runs are separate processes, each importing the package as it is on disk when it
 starts: a commit made while a sweep runs reaches every run started after it, and a run resumed
 in a later session goes on with whatever the checkout holds then. :func:`code_version` names that
-code so that a run's records can say which it was.
+code so that a run's records can say which it was; :func:`environment` names the processor and
+the library versions it ran on, which a resumed run may also not share with its first sitting.
 """
 
 from __future__ import annotations
@@ -45,3 +46,56 @@ def code_version(package: Path = PACKAGE) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+#: the packages whose versions a run's arithmetic depends on
+PACKAGES = ("torch", "transformers", "peft", "lightning", "vllm", "deepspeed")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux; ``platform`` elsewhere)."""
+    import platform
+
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, str]:
+    """What a run's arithmetic ran on besides its code: Python, the installed versions of
+    :data:`PACKAGES` (those present), the CPU's model and, where CUDA is available, the GPU's.
+
+    Two runs of the same code and seed on different processors or library versions compute the
+    same sums in another order, so their sampled trajectories part after the first update.
+    """
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    out["cpu"] = cpu_model()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a broken CUDA set-up is the run's to report, not the record's
+        pass
+    return out
+
+
+def differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """``"key: before -> now"`` for each entry of two :func:`environment` records that differs."""
+    return [
+        f"{key}: {before.get(key, '(none)')} -> {now.get(key, '(none)')}"
+        for key in sorted(set(before) | set(now))
+        if before.get(key) != now.get(key)
+    ]
