@@ -629,27 +629,31 @@ def test_every_finished_run_is_archived_and_the_tables_come_back_from_the_archiv
     assert not list(out.glob("*/seed_*/")), "the archive was unpacked into the sweep's directory"
 
 
+def killed_after_a_checkpoint(argv: list[str], log_path: Path) -> int:
+    """A runner killed (-9) once its run has left a ``last.ckpt``."""
+    (log_path.parent / "checkpoints").mkdir()
+    (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
+    return -9
+
+
+def finishes_straight(argv: list[str], log_path: Path) -> int:
+    """A runner whose run finishes in one sitting."""
+    sitting(log_path.parent, 0, STRAIGHT)
+    return 0
+
+
 def test_a_run_records_its_code_and_a_resume_on_other_code_says_so(tmp_path, capsys, monkeypatch):
     import agon_lightning.experiments.sweep as sweep_module
 
     out = tmp_path / "out"
     (run,) = plan(["agon"], [0], out, EXPERIMENTS)
 
-    def killed(argv: list[str], log_path: Path) -> int:
-        (log_path.parent / "checkpoints").mkdir()
-        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
-        return -9
-
     monkeypatch.setattr(sweep_module, "code_version", lambda: "aaaa111")
-    assert sweep([run], BASE, [], out, killed) == [run]
+    assert sweep([run], BASE, [], out, killed_after_a_checkpoint) == [run]
     assert json.loads((run.directory / STARTED).read_text())["code"] == "aaaa111"
     capsys.readouterr()
     monkeypatch.setattr(sweep_module, "code_version", lambda: "bbbb222+changes")
-    def goes_on(argv: list[str], log_path: Path) -> int:
-        sitting(log_path.parent, 0, STRAIGHT)
-        return 0
-
-    assert sweep([run], BASE, [], out, goes_on) == []
+    assert sweep([run], BASE, [], out, finishes_straight) == []
     printed = capsys.readouterr().out
     assert "agon seed 0: WARNING: it started on code aaaa111 and goes on with bbbb222+changes" in printed
     assert json.loads((run.directory / MARKER).read_text())["code"] == "bbbb222+changes"  # its last sitting's
@@ -663,21 +667,12 @@ def test_a_run_records_its_environment_and_a_resume_in_another_says_which_parts_
     first = {"python": "3.11.7", "torch": "2.13.0", "transformers": "5.24.0", "cpu": "AMD EPYC 7B13"}
     second = {**first, "transformers": "5.25.0", "cpu": "Intel(R) Xeon(R) Processor"}
 
-    def killed(argv: list[str], log_path: Path) -> int:
-        (log_path.parent / "checkpoints").mkdir()
-        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
-        return -9
-
-    def goes_on(argv: list[str], log_path: Path) -> int:
-        sitting(log_path.parent, 0, STRAIGHT)
-        return 0
-
     monkeypatch.setattr(sweep_module, "environment", lambda: first)
-    assert sweep([run], BASE, [], out, killed) == [run]
+    assert sweep([run], BASE, [], out, killed_after_a_checkpoint) == [run]
     assert json.loads((run.directory / STARTED).read_text())["environment"] == first
     capsys.readouterr()
     monkeypatch.setattr(sweep_module, "environment", lambda: second)
-    assert sweep([run], BASE, [], out, goes_on) == []
+    assert sweep([run], BASE, [], out, finishes_straight) == []
     printed = capsys.readouterr().out
     assert (
         "agon seed 0: WARNING: it goes on in another environment (cpu: AMD EPYC 7B13 -> Intel(R) Xeon(R) "
@@ -690,17 +685,8 @@ def test_a_resume_in_the_same_environment_warns_of_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     (run,) = plan(["agon"], [0], out, EXPERIMENTS)
 
-    def killed(argv: list[str], log_path: Path) -> int:
-        (log_path.parent / "checkpoints").mkdir()
-        (log_path.parent / "checkpoints" / "last.ckpt").write_text("3 steps done")
-        return -9
-
-    def goes_on(argv: list[str], log_path: Path) -> int:
-        sitting(log_path.parent, 0, STRAIGHT)
-        return 0
-
-    assert sweep([run], BASE, [], out, killed) == [run]
-    assert sweep([run], BASE, [], out, goes_on) == []
+    assert sweep([run], BASE, [], out, killed_after_a_checkpoint) == [run]
+    assert sweep([run], BASE, [], out, finishes_straight) == []
     assert "another environment" not in capsys.readouterr().out
 
 
