@@ -10,6 +10,7 @@ medians), and ``ours / base``.
     git worktree add /tmp/base HEAD~1
     python -m benchmarks.bench_step_speed --base /tmp/base                # 3 rounds, 3 steps each
     python -m benchmarks.bench_step_speed --smoke                         # seconds; this checkout twice
+    python -m benchmarks.bench_step_speed --ours-override=--model.dtype=bfloat16   # one checkout, two settings
 
 Writes ``step_speed.json`` (``--results-dir``).
 """
@@ -104,17 +105,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="seconds: " + " ".join(SMOKE))
+    for side in ("base", "ours"):
+        parser.add_argument(
+            f"--{side}-override", action="append", default=[], metavar="--KEY=VALUE",
+            help=f"a config override for the {side} side only (repeatable; write it as --{side}-override=--KEY=VALUE): "
+            "one checkout's step under two settings",
+        )  # fmt: skip
     add_results_dir(parser)
     cli = parser.parse_args()
     if min(cli.rounds, cli.steps, cli.threads) < 1:
         parser.error(
             f"--rounds, --steps and --threads must be >= 1, got {cli.rounds}, {cli.steps}, {cli.threads}"
         )
-    overrides = SMOKE if cli.smoke else []
+    common = SMOKE if cli.smoke else []
+    overrides = {"base": [*common, *cli.base_override], "ours": [*common, *cli.ours_override]}
     sides: dict[str, list[list[float]]] = {"base": [], "ours": []}
     for round_ in range(cli.rounds):
         for side in ("base", "ours"):
-            steps = run_checkout(getattr(cli, side), cli.steps, cli.threads, cli.seed, overrides)
+            steps = run_checkout(getattr(cli, side), cli.steps, cli.threads, cli.seed, overrides[side])
             sides[side].append(steps)
             print(f"round {round_ + 1} {side}: " + ", ".join(f"{s:.3f}" for s in steps), flush=True)
     summary = {

@@ -136,8 +136,11 @@ SMOKES: dict[str, Smoke] = {
     "bench_sharded_generation": Smoke(
         f"--strategies fsdp2 --rounds 1 {TINY} {OUT}", "sharded_generation.json", ("environment", "workload", "rows")
     ),
-    "bench_step_speed": Smoke(
-        f"--smoke --rounds 1 --steps 1 {OUT}", "step_speed.json", ("environment", "summary", "ratio")
+    "bench_step_speed": Smoke(  # a side's own override reaches that side only
+        f"--smoke --rounds 1 --steps 1 --ours-override=--model.dtype=float32 {OUT}", "step_speed.json",
+        ("environment", "summary", "ratio"),
+        check=lambda d: d["overrides"]["ours"][-1] == "--model.dtype=float32"
+        and "--model.dtype=float32" not in d["overrides"]["base"],
     ),
     "bench_staleness": Smoke(
         f"--part speed --steps 3 {OUT} -- {SMALL_FIT}",
