@@ -78,13 +78,13 @@ class LoraOptions:
 def load_causal_lm(path: str | Path, **kwargs: Any) -> nn.Module:
     """``AutoModelForCausalLM.from_pretrained(path, **kwargs)`` with the Hub's kernels off unless asked for.
 
-    Recent transformers releases (5.25 here) kernelize every model they load by default: on a GPU it fetches layer kernels
-    (RMSNorm, SiLU, the rotary embedding) from the Hub, where it can, and runs them in place of the
-    model's own forward, and on every mode switch it walks the whole model again. Training would then
-    depend on whether the Hub was reachable (our GPU machines have no network) and no longer match
-    the decode loop's torch arithmetic, which samples for it; and each sampling call's eval/train
-    switch would cost 5.5 ms instead of 1.5 (the Countdown model with two adapters, on this CPU).
-    ``use_kernels=True`` in ``kwargs`` asks for them.
+    Recent transformers releases (5.25 here) kernelize every model they load by default: on a GPU
+    they fetch layer kernels (RMSNorm, SiLU, the rotary embedding) from the Hub where they can, and
+    run them in place of the model's own forward, and on every mode switch they walk the whole
+    model again. Training would then depend on whether the Hub was reachable (our GPU machines have
+    no network) and no longer match the decode loop's torch arithmetic, which samples for it; and
+    each sampling call's eval/train switch would cost 5.5 ms instead of 1.5 (the Countdown model
+    with two adapters, on a CPU). ``use_kernels=True`` in ``kwargs`` asks for them.
     """
     from transformers import AutoModelForCausalLM
 

@@ -69,8 +69,8 @@ def environment() -> dict[str, str]:
     """What a run's arithmetic ran on besides its code: Python, the installed versions of
     :data:`PACKAGES` (those present), the CPU's model and, where CUDA is available, the GPU's.
 
-    Two runs of the same code and seed on different processors or library versions compute the
-    same sums in another order, so their sampled trajectories part after the first update.
+    Two runs of the same code and seed on different processors or library versions may compute
+    the same sums in another order, and then their sampled trajectories part after the first update.
     """
     import platform
     from importlib.metadata import PackageNotFoundError, version
