@@ -704,6 +704,18 @@ def test_the_environment_names_python_the_installed_libraries_and_the_processor(
     assert differences({"a": "1", "b": "2"}, {"a": "1", "c": "3"}) == ["b: 2 -> (none)", "c: (none) -> 3"]
 
 
+def test_the_gpus_are_named_by_nvidia_smi_and_absent_without_it(tmp_path, monkeypatch):
+    from agon_lightning.infra.provenance import gpu_models
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    monkeypatch.setenv("PATH", str(fake))
+    assert gpu_models() is None  # no nvidia-smi: no GPU recorded
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nprintf 'NVIDIA H200\\nNVIDIA H200\\nNVIDIA H100 80GB HBM3\\n'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    assert gpu_models() == "NVIDIA H200 ×2, NVIDIA H100 80GB HBM3 ×1"
+
+
 def test_the_code_version_is_this_checkouts_commit_and_none_outside_git(tmp_path):
     from agon_lightning.infra.provenance import code_version
 

@@ -67,7 +67,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 def environment() -> dict[str, str]:
     """What a run's arithmetic ran on besides its code: Python, the installed versions of
-    :data:`PACKAGES` (those present), the CPU's model and, where CUDA is available, the GPU's.
+    :data:`PACKAGES` (those present), the CPU's model and the GPUs' (:func:`gpu_models`), if any.
 
     Two runs of the same code and seed on different processors or library versions may compute
     the same sums in another order, and then their sampled trajectories part after the first update.
@@ -82,14 +82,26 @@ def environment() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     out["cpu"] = cpu_model()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            out["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a broken CUDA set-up is the run's to report, not the record's
-        pass
+    gpu = gpu_models()
+    if gpu is not None:
+        out["gpu"] = gpu
     return out
+
+
+def gpu_models() -> str | None:
+    """The machine's GPUs as ``nvidia-smi`` lists them (``"NVIDIA H200 ×8"``); ``None`` without one.
+
+    Asked of ``nvidia-smi``, not of torch: ``torch.cuda.get_device_name`` would open a CUDA context in
+    the process that asks (a sweep's driver, which computes nothing), holding memory on the first GPU.
+    """
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+    return ", ".join(f"{name} ×{names.count(name)}" for name in dict.fromkeys(names)) or None
 
 
 def differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
