@@ -431,22 +431,14 @@ def write_json(name: str, data: dict[str, Any], directory: Path = RESULTS_DIR) -
     """Write ``data`` (plus the machine and library versions) to ``directory/NAME.json``.
 
     ``directory`` is ``benchmarks/results`` unless a command line's ``--results-dir`` says otherwise.
+    The environment is a sweep run's (:func:`~agon_lightning.infra.provenance.environment`: the
+    versions, the CPU's model, the GPUs'), with the core count: timings from two processors do not compare.
     """
-    import platform
-
-    import peft
-    import transformers
+    from agon_lightning.infra.provenance import environment
 
     directory.mkdir(parents=True, exist_ok=True)
     data = {
-        "environment": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "peft": peft.__version__,
-            "cpu_count": os.cpu_count(),
-            "torch_threads_per_worker": 1,
-        },
+        "environment": {**environment(), "cpu_count": os.cpu_count(), "torch_threads_per_worker": 1},
         **data,
     }
     path = directory / f"{name}.json"
