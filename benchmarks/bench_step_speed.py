@@ -11,6 +11,7 @@ medians), and ``ours / base``.
     python -m benchmarks.bench_step_speed --base /tmp/base                # 3 rounds, 3 steps each
     python -m benchmarks.bench_step_speed --smoke                         # seconds; this checkout twice
     python -m benchmarks.bench_step_speed --ours-override=--model.dtype=bfloat16   # one checkout, two settings
+    python -m benchmarks.bench_step_speed --ours-matmul-precision medium           # float32 products in bf16 (oneDNN)
 
 Writes ``step_speed.json`` (``--results-dir``).
 """
@@ -41,6 +42,8 @@ import agon_lightning
 from agon_lightning.cli.build import from_config
 config = json.loads(sys.argv[1])
 torch.set_num_threads(config["threads"])
+if config["matmul_precision"] is not None:
+    torch.set_float32_matmul_precision(config["matmul_precision"])
 ends = []
 class Clock(L.Callback):
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
@@ -55,17 +58,21 @@ with tempfile.TemporaryDirectory() as root:
     )
     trainer.callbacks.insert(0, Clock())
     trainer.fit(module, data)
-print("RESULT " + json.dumps({"package": agon_lightning.__file__, "step_s": ends[1:]}), flush=True)
+print("RESULT " + json.dumps({"package": agon_lightning.__file__, "step_s": ends[1:],
+                             "matmul_precision": torch.get_float32_matmul_precision()}), flush=True)
 """
 
 
-def run_checkout(checkout: Path, steps: int, threads: int, seed: int, overrides: list[str]) -> list[float]:
-    """Seconds of each measured step of ``checkout``'s Countdown config, in a fresh process."""
+def run_checkout(
+    checkout: Path, steps: int, threads: int, seed: int, overrides: list[str], matmul_precision: str | None = None
+) -> list[float]:
+    """Seconds of each measured step of ``checkout``'s Countdown config, in a fresh process
+    (``matmul_precision``: ``torch.set_float32_matmul_precision``'s, before the run is built)."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": str(threads),
            "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
     config = {"config": str(checkout / "configs" / "countdown.yaml"), "steps": steps, "threads": threads,
-              "seed": seed, "overrides": overrides}  # fmt: skip
+              "seed": seed, "overrides": overrides, "matmul_precision": matmul_precision}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", WORKER, json.dumps(config)],
         capture_output=True,
@@ -81,6 +88,9 @@ def run_checkout(checkout: Path, steps: int, threads: int, seed: int, overrides:
     result = json.loads(lines[-1][len("RESULT ") :])
     if not Path(result["package"]).resolve().is_relative_to(checkout.resolve()):
         raise RuntimeError(f"the worker for {checkout} imported agon_lightning from {result['package']}")
+    if result["matmul_precision"] != (matmul_precision or "highest"):
+        raise RuntimeError(f"the worker for {checkout} ran at matmul precision {result['matmul_precision']!r}, "
+                           f"not {matmul_precision!r}")  # fmt: skip
     return result["step_s"]
 
 
@@ -111,6 +121,11 @@ def main() -> None:
             help=f"a config override for the {side} side only (repeatable; write it as --{side}-override=--KEY=VALUE): "
             "one checkout's step under two settings",
         )  # fmt: skip
+        parser.add_argument(
+            f"--{side}-matmul-precision", choices=("highest", "high", "medium"), default=None,
+            help=f"torch.set_float32_matmul_precision for the {side} side (default: torch's, highest); on a CPU "
+            "with oneDNN, medium runs float32 matrix products in bf16",
+        )  # fmt: skip
     add_results_dir(parser)
     cli = parser.parse_args()
     if min(cli.rounds, cli.steps, cli.threads) < 1:
@@ -122,7 +137,8 @@ def main() -> None:
     sides: dict[str, list[list[float]]] = {"base": [], "ours": []}
     for round_ in range(cli.rounds):
         for side in ("base", "ours"):
-            steps = run_checkout(getattr(cli, side), cli.steps, cli.threads, cli.seed, overrides[side])
+            precision = getattr(cli, f"{side}_matmul_precision")
+            steps = run_checkout(getattr(cli, side), cli.steps, cli.threads, cli.seed, overrides[side], precision)
             sides[side].append(steps)
             print(f"round {round_ + 1} {side}: " + ", ".join(f"{s:.3f}" for s in steps), flush=True)
     summary = {
@@ -147,6 +163,7 @@ def main() -> None:
         "step_speed",
         {"base": str(cli.base), "ours": str(cli.ours), "commits": {"base": commit(cli.base), "ours": commit(cli.ours)},
          "overrides": overrides, "threads": cli.threads,
+         "matmul_precision": {"base": cli.base_matmul_precision, "ours": cli.ours_matmul_precision},
          "table": text, "steps_s": sides, "summary": summary, "ratio": ratio},
         cli.results_dir,
     )  # fmt: skip

@@ -136,11 +136,12 @@ SMOKES: dict[str, Smoke] = {
     "bench_sharded_generation": Smoke(
         f"--strategies fsdp2 --rounds 1 {TINY} {OUT}", "sharded_generation.json", ("environment", "workload", "rows")
     ),
-    "bench_step_speed": Smoke(  # a side's own override reaches that side only
-        f"--smoke --rounds 1 --steps 1 --ours-override=--model.dtype=float32 {OUT}", "step_speed.json",
-        ("environment", "summary", "ratio"),
+    "bench_step_speed": Smoke(  # a side's own override and matmul precision reach that side only
+        f"--smoke --rounds 1 --steps 1 --ours-override=--model.dtype=float32 --ours-matmul-precision medium {OUT}",
+        "step_speed.json", ("environment", "summary", "ratio"),
         check=lambda d: d["overrides"]["ours"][-1] == "--model.dtype=float32"
-        and "--model.dtype=float32" not in d["overrides"]["base"],
+        and "--model.dtype=float32" not in d["overrides"]["base"]
+        and d["matmul_precision"] == {"base": None, "ours": "medium"},
     ),
     "bench_staleness": Smoke(
         f"--part speed --steps 3 {OUT} -- {SMALL_FIT}",
