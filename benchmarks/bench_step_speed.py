@@ -64,7 +64,12 @@ print("RESULT " + json.dumps({"package": agon_lightning.__file__, "step_s": ends
 
 
 def run_checkout(
-    checkout: Path, steps: int, threads: int, seed: int, overrides: list[str], matmul_precision: str | None = None
+    checkout: Path,
+    steps: int,
+    threads: int,
+    seed: int,
+    overrides: list[str],
+    matmul_precision: str | None = None,
 ) -> list[float]:
     """Seconds of each measured step of ``checkout``'s Countdown config, in a fresh process
     (``matmul_precision``: ``torch.set_float32_matmul_precision``'s, before the run is built)."""
@@ -138,7 +143,9 @@ def main() -> None:
     for round_ in range(cli.rounds):
         for side in ("base", "ours"):
             precision = getattr(cli, f"{side}_matmul_precision")
-            steps = run_checkout(getattr(cli, side), cli.steps, cli.threads, cli.seed, overrides[side], precision)
+            steps = run_checkout(
+                getattr(cli, side), cli.steps, cli.threads, cli.seed, overrides[side], precision
+            )
             sides[side].append(steps)
             print(f"round {round_ + 1} {side}: " + ", ".join(f"{s:.3f}" for s in steps), flush=True)
     summary = {
