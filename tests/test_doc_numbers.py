@@ -1,4 +1,4 @@
-"""The Countdown S2 numbers the README and the docs quote are the committed result files' numbers.
+"""The Countdown S2 and S3 numbers the README and the docs quote are the committed result files' numbers.
 
 Each figure is read from the file that holds it (the endpoints' JSON, the sweep's results table,
 the audit's JSON), formatted as the pages write it (a difference ``−0.031 [−0.087, +0.025]``, an
@@ -18,6 +18,7 @@ from experiments.countdown.s2_endpoints import SECONDARY
 
 ROOT = Path(__file__).resolve().parents[1]
 S2 = ROOT / "benchmarks" / "results" / "countdown" / "s2"
+S3 = ROOT / "benchmarks" / "results" / "countdown" / "s3"
 
 
 def signed(x: float) -> str:
@@ -32,12 +33,12 @@ def points(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def endpoints(stem: str) -> list[dict]:
-    return json.loads((S2 / "sweep" / f"{stem}.json").read_text())["endpoints"]
+def endpoints(stem: str, experiment: Path = S2) -> list[dict]:
+    return json.loads((experiment / "sweep" / f"{stem}.json").read_text())["endpoints"]
 
 
-def primaries(stem: str) -> list[dict]:
-    return [e for e in endpoints(stem) if e["primary"] and e["split"] == "main"]
+def primaries(stem: str, experiment: Path = S2) -> list[dict]:
+    return [e for e in endpoints(stem, experiment) if e["primary"] and e["split"] == "main"]
 
 
 def paired_row(name: str) -> tuple[float, float, float]:
@@ -86,6 +87,36 @@ def quoted() -> dict[str, str]:
     return out
 
 
+def s3_quoted() -> dict[str, str]:
+    """S3's quoted figures: its primaries, its own MDEs, its secondaries and each cascade's pass@1
+    (``endpoints.json``), and the summary ablation on the trained adapters (``diagnostics.json``)."""
+    found = primaries("endpoints", S3)
+    mde, holm = [e["mde"] for e in found], [e["mde_holm"] for e in found]
+    out = {f"s3 primary {e['reference']}": interval(e["mean"], e["low"], e["high"]) for e in found}
+    out |= {
+        "s3 mde": f"{points(min(mde))}–{points(max(mde))} points",
+        "s3 mde at Holm's first step": f"{points(min(holm))}–{points(max(holm))} at Holm's first step",
+    }
+    main = [e for e in endpoints("endpoints", S3) if e["split"] == "main" and not e["primary"]]
+    for key, suffix in (("self-cascade − alone", "GRPO's self-cascade − GRPO alone"),
+                        ("cascade − GRPO alone", "Agon − GRPO alone"),
+                        ("exchange", "cooperative − GRPO's self-cascade"),
+                        ("drafter alone", "Agon's alpha − GRPO's alpha")):  # fmt: skip
+        e = next(e for e in main if e["name"].endswith(suffix))
+        out[f"s3 {key}"] = interval(e["mean"], e["low"], e["high"])
+    cascades = json.loads((S3 / "sweep" / "endpoints.json").read_text())["cascades"]
+    for c in cascades:
+        if c["split"] == "main":
+            out[f"s3 pass@1 {c['row']}"] = f"{c['pass@1'][0]:.3f}"
+    ablation = json.loads((S3 / "sweep" / "diagnostics.json").read_text())["ablation"]
+    for row, by_split in ablation.items():
+        main_split = by_split["main"]
+        out[f"s3 ablation {row}"] = (
+            f"real − other {signed(main_split['real − other'])}, real − empty {signed(main_split['real − empty'])}"
+        )
+    return out
+
+
 PRIMARIES = ("primary moa_untrained", "primary grpo", "primary cooperative")
 POWER = ("mde", "mde at Holm's first step")
 PART_3 = ("part 3 league", "part 3 kl_anchor", "part 3 mde")
@@ -103,11 +134,25 @@ PAGES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("page", sorted(PAGES))
+S3_PRIMARIES = ("s3 primary moa_untrained", "s3 primary grpo", "s3 primary cooperative")
+S3_CORE = (*S3_PRIMARIES, "s3 mde", "s3 mde at Holm's first step", "s3 self-cascade − alone", "s3 drafter alone",
+           "s3 pass@1 agon", "s3 pass@1 cooperative", "s3 pass@1 grpo", "s3 pass@1 moa_untrained",
+           "s3 ablation agon")
+S3_PAGES = {
+    "README.md": S3_CORE,
+    "docs/results/index.md": (*S3_CORE, "s3 exchange", "s3 cascade − GRPO alone"),
+    "docs/testbeds/countdown.md": (*S3_CORE, "s3 exchange", "s3 cascade − GRPO alone"),
+    "benchmarks/results/countdown/s3/README.md": (*S3_CORE, "s3 exchange", "s3 cascade − GRPO alone",
+                                                  "s3 ablation cooperative", "s3 ablation grpo"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("page", sorted(PAGES.keys() | S3_PAGES.keys()))
 def test_each_page_quotes_the_committed_numbers(page):
     text = re.sub(r"\s+", " ", (ROOT / page).read_text())
-    figures = quoted()
-    missing = [f"{key}: {figures[key]!r}" for key in PAGES[page] if figures[key] not in text]
+    figures = quoted() | s3_quoted()
+    keys = (*PAGES.get(page, ()), *S3_PAGES.get(page, ()))
+    missing = [f"{key}: {figures[key]!r}" for key in keys if figures[key] not in text]
     assert missing == [], f"{page} does not quote what the committed files hold:\n" + "\n".join(missing)
 
 
@@ -116,11 +161,11 @@ def test_no_figure_is_left_to_fill():
         assert "AUDIT_" not in (ROOT / page).read_text(), page
 
 
-@pytest.mark.parametrize("stem", ["endpoints", "endpoints_league"])
-def test_a_secondary_carries_no_decision_and_a_primary_its_mde_at_holms_step(stem):
-    for e in endpoints(stem):
+@pytest.mark.parametrize(("experiment", "stem"), [(S2, "endpoints"), (S2, "endpoints_league"), (S3, "endpoints")])
+def test_a_secondary_carries_no_decision_and_a_primary_its_mde_at_holms_step(experiment, stem):
+    for e in endpoints(stem, experiment):
         if e["primary"] and e["split"] == "main":
             assert e["decision"] in ("shown", "contradicted", "not resolved") and e["mde_holm"] > e["mde"] > 0
         else:
             assert e["decision"] == SECONDARY and e["mde_holm"] is None and e["mde"] > 0
-        assert f"| {e['decision']} |" in (S2 / "sweep" / f"{stem}.md").read_text()
+        assert f"| {e['decision']} |" in (experiment / "sweep" / f"{stem}.md").read_text()
