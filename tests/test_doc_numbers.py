@@ -97,15 +97,15 @@ def s3_quoted() -> dict[str, str]:
         "s3 mde": f"{points(min(mde))}–{points(max(mde))} points",
         "s3 mde at Holm's first step": f"{points(min(holm))}–{points(max(holm))} at Holm's first step",
     }
-    main = [e for e in endpoints("endpoints", S3) if e["split"] == "main" and not e["primary"]]
+    committed = json.loads((S3 / "sweep" / "endpoints.json").read_text())
+    main = [e for e in committed["endpoints"] if e["split"] == "main" and not e["primary"]]
     for key, suffix in (("self-cascade − alone", "GRPO's self-cascade − GRPO alone"),
                         ("cascade − GRPO alone", "Agon − GRPO alone"),
                         ("exchange", "cooperative − GRPO's self-cascade"),
                         ("drafter alone", "Agon's alpha − GRPO's alpha")):  # fmt: skip
         e = next(e for e in main if e["name"].endswith(suffix))
         out[f"s3 {key}"] = interval(e["mean"], e["low"], e["high"])
-    cascades = json.loads((S3 / "sweep" / "endpoints.json").read_text())["cascades"]
-    for c in cascades:
+    for c in committed["cascades"]:
         if c["split"] == "main":
             out[f"s3 pass@1 {c['row']}"] = f"{c['pass@1'][0]:.3f}"
     ablation = json.loads((S3 / "sweep" / "diagnostics.json").read_text())["ablation"]
