@@ -75,6 +75,27 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def table_of(
+    results: dict[str, dict[str, Any]], shape: tuple[int, int, int], steps: int
+) -> tuple[str, list[str], list[list[Any]]]:
+    """The table's title, columns and rows: one row a backend, from its worker's summary."""
+    prompts, generations, max_new_tokens = shape
+    rows = []
+    for backend, r in results.items():
+        tokens = r["rollout_tokens"]
+        rows.append([
+            backend, r["step_s"], r["generate_s"], r["update_s"], tokens, tokens / r["generate_s"],
+            r["first_step_s"], r["peak_rss_mb"],
+        ])  # fmt: skip
+    title = (
+        f"Rollout backends, the default job's step on this CPU (P={prompts} N={generations} "
+        f"T={max_new_tokens}, median of {steps} steps, 1 thread)"
+    )
+    columns = ["backend", "step s", "generate s", "update s", "rollout tokens/step", "gen tokens/s",
+               "first step s (incl. start)", "peak RSS MB"]  # fmt: skip
+    return title, columns, rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="measured steps per backend (after 1 warm-up)")
@@ -91,24 +112,11 @@ def main() -> None:
         b: spawn(MODULE, {"backend": b, "steps": args.steps, "shape": shape}, timeout=1800)
         for b in args.backends
     }
-    rows = []
-    for backend, r in results.items():
-        tokens = r["rollout_tokens"]
-        rows.append([
-            backend, r["step_s"], r["generate_s"], r["update_s"], tokens, tokens / r["generate_s"],
-            r["first_step_s"], r["peak_rss_mb"],
-        ])  # fmt: skip
-    print_table(
-        f"Rollout backends, the default job's step on this CPU (P={args.prompts} N={args.generations} "
-        f"T={args.max_new_tokens}, median of {args.steps} steps, 1 thread)",
-        ["backend", "step s", "generate s", "update s", "rollout tokens/step", "gen tokens/s",
-         "first step s (incl. start)", "peak RSS MB"],
-        rows,
-    )  # fmt: skip
+    table = print_table(*table_of(results, shape, args.steps))
     write_json(
         "rollout_backends",
         {"steps": args.steps, "shape": shape, "median_step_s": {b: median(r["step_s_all"]) for b, r in results.items()},
-         "results": results},
+         "results": results, "table": table},
         args.results_dir,
     )  # fmt: skip
 

@@ -418,9 +418,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-        return str(value)
+        return escaped(str(value))
 
-    lines = [f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    def escaped(text: str) -> str:  # a "|" inside a cell would end it
+        return text.replace("\\|", "|").replace("|", "\\|")
+
+    lines = [f"### {title}", "", "| " + " | ".join(escaped(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     text = "\n".join(lines)
     print(text + "\n", flush=True)

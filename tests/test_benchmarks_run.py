@@ -109,12 +109,12 @@ SMOKES: dict[str, Smoke] = {
     ),
     "bench_overhead": Smoke(
         f"{ONE_ROUND} {TINY} --summarizers hidden --val-problems 2 {OUT}",
-        "overhead.json", ("environment", "workload", "results", "validation"),
+        "overhead.json", ("environment", "workload", "tables", "results", "validation"),
     ),
     "bench_plan": Smoke(OUT, "plan_check.json", ("environment", "table", "results")),
     "bench_rollout_backends": Smoke(
         f"--steps 1 --backends hf {SMALL_STEP} {OUT}", "rollout_backends.json",
-        ("environment", "median_step_s", "results"),
+        ("environment", "median_step_s", "results", "table"),
     ),
     "bench_sampler_precision": Smoke(
         f"--new-tokens 4 --dtypes bfloat16 {OUT}", "sampler_precision.json", ("environment", "table", "results")
