@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     for page in pages:
         text = page.read_text()
         new, sources = rendered(text, page.parent)
-        tables += [f"{page.name}: {s}" for s in sources]
-        stale += [f"{page.name}: {s}" for s in sources if block_of(text, s) != block_of(new, s)]
+        name = page.resolve().relative_to(ROOT) if page.resolve().is_relative_to(ROOT) else page
+        tables += [f"{name}: {s}" for s in sources]
+        stale += [f"{name}: {s}" for s in sources if block_of(text, s) != block_of(new, s)]
         if new != text:
             changed.append((page, new))
     write_json(
