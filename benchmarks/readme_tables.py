@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             changed.append((page, new))
     write_json(
         "readme_tables",
-        {"readme": str(pages[0]), "pages": [str(p) for p in pages], "tables": tables, "stale": stale},
+        {"pages": [str(p) for p in pages], "tables": tables, "stale": stale},
         args.results_dir,
     )
     if args.check:
