@@ -423,7 +423,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     def escaped(text: str) -> str:  # a "|" inside a cell would end it
         return text.replace("\\|", "|").replace("|", "\\|")
 
-    lines = [f"### {title}", "", "| " + " | ".join(escaped(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines = [
+        f"### {title}",
+        "",
+        "| " + " | ".join(escaped(c) for c in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     text = "\n".join(lines)
     print(text + "\n", flush=True)

@@ -43,13 +43,19 @@ def table_text(source: Path, which: str | None = None) -> str:
     if which is not None:
         if not isinstance(tables, list) or not which.isdigit() or int(which) >= len(tables):
             count = len(tables) if isinstance(tables, list) else 0
-            raise ValueError(f"{source}#{which}: it holds {count} 'tables' (name one as #0 … #{max(count - 1, 0)})")
+            raise ValueError(
+                f"{source}#{which}: it holds {count} 'tables' (name one as #0 … #{max(count - 1, 0)})"
+            )
         return tables[int(which)]
     table = data.get("table")
     if table is None and isinstance(tables, list) and len(tables) == 1:
         table = tables[0]
     if not isinstance(table, str):
-        hint = f"; it holds {len(tables)} 'tables': name one as #0 … #{len(tables) - 1}" if isinstance(tables, list) else ""
+        hint = (
+            f"; it holds {len(tables)} 'tables': name one as #0 … #{len(tables) - 1}"
+            if isinstance(tables, list)
+            else ""
+        )
         raise ValueError(f"{source} holds no 'table' text (keys: {sorted(data)}){hint}")
     return table
 
@@ -108,7 +114,10 @@ def block_of(text: str, source: str) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--readme", type=Path, action="append", help="a page to write (repeat it; default: every page with a marker)"
+        "--readme",
+        type=Path,
+        action="append",
+        help="a page to write (repeat it; default: every page with a marker)",
     )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs")
     add_results_dir(parser)

@@ -23,7 +23,9 @@ def test_the_drafter_is_any_adapter_of_the_runs_game_and_is_checked_against_it()
 
     def module(kind: str) -> SimpleNamespace:
         deployment = Deployment(kind) if kind == "graph" else Deployment(kind, "prover", "verifier")
-        return SimpleNamespace(adapter_names=("prover", "verifier"), evaluator=SimpleNamespace(deployment=deployment))
+        return SimpleNamespace(
+            adapter_names=("prover", "verifier"), evaluator=SimpleNamespace(deployment=deployment)
+        )
 
     for drafter in (*DRAFTER_MODES, "prover", "verifier"):
         BundleWriter(drafter).check(module("cascade"))

@@ -135,9 +135,18 @@ PAGES = {
 
 
 S3_PRIMARIES = ("s3 primary moa_untrained", "s3 primary grpo", "s3 primary cooperative")
-S3_CORE = (*S3_PRIMARIES, "s3 mde", "s3 mde at Holm's first step", "s3 self-cascade − alone", "s3 drafter alone",
-           "s3 pass@1 agon", "s3 pass@1 cooperative", "s3 pass@1 grpo", "s3 pass@1 moa_untrained",
-           "s3 ablation agon")
+S3_CORE = (
+    *S3_PRIMARIES,
+    "s3 mde",
+    "s3 mde at Holm's first step",
+    "s3 self-cascade − alone",
+    "s3 drafter alone",
+    "s3 pass@1 agon",
+    "s3 pass@1 cooperative",
+    "s3 pass@1 grpo",
+    "s3 pass@1 moa_untrained",
+    "s3 ablation agon",
+)
 S3_PAGES = {
     "README.md": S3_CORE,
     "docs/results/index.md": (*S3_CORE, "s3 exchange", "s3 cascade − GRPO alone"),
@@ -161,7 +170,9 @@ def test_no_figure_is_left_to_fill():
         assert "AUDIT_" not in (ROOT / page).read_text(), page
 
 
-@pytest.mark.parametrize(("experiment", "stem"), [(S2, "endpoints"), (S2, "endpoints_league"), (S3, "endpoints")])
+@pytest.mark.parametrize(
+    ("experiment", "stem"), [(S2, "endpoints"), (S2, "endpoints_league"), (S3, "endpoints")]
+)
 def test_a_secondary_carries_no_decision_and_a_primary_its_mde_at_holms_step(experiment, stem):
     for e in endpoints(stem, experiment):
         if e["primary"] and e["split"] == "main":

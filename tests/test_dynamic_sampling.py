@@ -179,7 +179,9 @@ def fit(module, root, steps: int, callbacks=(), ckpt_path=None) -> Steps:
         default_root_dir=str(root), callbacks=[seen, *callbacks],
     )  # fmt: skip
     # Resumed under torch's default weights_only=True: the module's options and its game object load.
-    trainer.fit(module, ReasoningGymDataModule(train_size=TRAIN, val_size=1, batch_size=P), ckpt_path=ckpt_path)
+    trainer.fit(
+        module, ReasoningGymDataModule(train_size=TRAIN, val_size=1, batch_size=P), ckpt_path=ckpt_path
+    )
     return seen
 
 

@@ -36,7 +36,9 @@ def test_the_sft_module_loads_its_base_without_hub_kernels(tiny_model_dir):
     assert not kernelized(SFTModule(model_name_or_path=str(tiny_model_dir)).model)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("kernels") is None, reason="the kernels package is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("kernels") is None, reason="the kernels package is not installed"
+)
 def test_asking_for_hub_kernels_is_passed_through(tiny_model_dir):
     # On a CPU no kernel is mapped for these layers: the model's forward stays the fallback, offline.
     assert load_causal_lm(tiny_model_dir, use_kernels=True).use_kernels

@@ -69,11 +69,15 @@ def test_several_sources_make_one_table_under_the_first_header_and_must_agree_on
     for seed in (0, 1):
         table = f"### seed {seed}\n\n| run | pass |\n|---|---|\n| seed={seed} | 0.{seed} |"
         (tmp_path / "results" / f"s{seed}.json").write_text(json.dumps({"table": table}))
-    (tmp_path / "results" / "other.json").write_text(json.dumps({"table": "| run | fail |\n|---|---|\n| x | 1 |"}))
+    (tmp_path / "results" / "other.json").write_text(
+        json.dumps({"table": "| run | fail |\n|---|---|\n| x | 1 |"})
+    )
     text, sources = rendered(PAGE.replace("results/speed.json", "results/s0.json results/s1.json"), tmp_path)
     assert sources == ["results/s0.json results/s1.json"]
     assert "| run | pass |\n|---|---|\n| seed=0 | 0.0 |\n| seed=1 | 0.1 |\n<!-- /table -->" in text
-    with pytest.raises(ValueError, match=re.escape("other.json's table header '| run | fail |' differs from results/s0")):
+    with pytest.raises(
+        ValueError, match=re.escape("other.json's table header '| run | fail |' differs from results/s0")
+    ):
         rendered(PAGE.replace("results/speed.json", "results/s0.json results/other.json"), tmp_path)
 
 
@@ -86,7 +90,9 @@ def test_every_page_with_a_marker_is_checked_and_a_stale_docs_page_is_named(tmp_
     out = ["--results-dir", str(tmp_path / "out")]
     with pytest.raises(SystemExit):
         main(["--readme", str(readme), "--readme", str(guide), "--check", *out])
-    assert json.loads((tmp_path / "out" / "readme_tables.json").read_text())["stale"] == [f"{guide}: ../results/speed.json"]
+    assert json.loads((tmp_path / "out" / "readme_tables.json").read_text())["stale"] == [
+        f"{guide}: ../results/speed.json"
+    ]
     main(["--readme", str(readme), "--readme", str(guide), *out])
     main(["--readme", str(readme), "--readme", str(guide), "--check", *out])
     assert "| 3 |" in guide.read_text()

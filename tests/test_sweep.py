@@ -354,7 +354,9 @@ def test_an_interrupted_run_goes_on_from_its_last_checkpoint_and_a_changed_one_s
     capsys.readouterr()
     sweep_main(["--variants", "agon", "--seeds", "0", "--out", str(out), "--base-config", str(BASE),
                 "--experiments-dir", str(EXPERIMENTS), "--dry-run"])  # fmt: skip
-    assert capsys.readouterr().out.strip().endswith("--ckpt_path last")  # a dry run shows the resume it would run
+    assert (
+        capsys.readouterr().out.strip().endswith("--ckpt_path last")
+    )  # a dry run shows the resume it would run
     assert sweep([run], BASE, [], out, goes_on) == []
     assert commands == [run.argv(BASE, []), [*run.argv(BASE, []), "--ckpt_path", "last"]]
     assert "agon seed 0: going on from" in capsys.readouterr().out
@@ -659,7 +661,9 @@ def test_a_run_records_its_code_and_a_resume_on_other_code_says_so(tmp_path, cap
     assert json.loads((run.directory / MARKER).read_text())["code"] == "bbbb222+changes"  # its last sitting's
 
 
-def test_a_run_records_its_environment_and_a_resume_in_another_says_which_parts_differ(tmp_path, capsys, monkeypatch):
+def test_a_run_records_its_environment_and_a_resume_in_another_says_which_parts_differ(
+    tmp_path, capsys, monkeypatch
+):
     import agon_lightning.experiments.sweep as sweep_module
 
     out = tmp_path / "out"
@@ -699,7 +703,9 @@ def test_the_environment_names_python_the_installed_libraries_and_the_processor(
     assert "vllm" not in env or env["vllm"]  # a package that is not installed is left out, not recorded empty
     assert env["cpu"]
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+    )
     assert cpu_model(cpuinfo) == "Intel(R) Xeon(R) Processor"
     assert differences({"a": "1", "b": "2"}, {"a": "1", "c": "3"}) == ["b: 2 -> (none)", "c: (none) -> 3"]
 
@@ -711,7 +717,9 @@ def test_the_gpus_are_named_by_nvidia_smi_and_absent_without_it(tmp_path, monkey
     fake.mkdir()
     monkeypatch.setenv("PATH", str(fake))
     assert gpu_models() is None  # no nvidia-smi: no GPU recorded
-    (fake / "nvidia-smi").write_text("#!/bin/sh\nprintf 'NVIDIA H200\\nNVIDIA H200\\nNVIDIA H100 80GB HBM3\\n'\n")
+    (fake / "nvidia-smi").write_text(
+        "#!/bin/sh\nprintf 'NVIDIA H200\\nNVIDIA H200\\nNVIDIA H100 80GB HBM3\\n'\n"
+    )
     (fake / "nvidia-smi").chmod(0o755)
     assert gpu_models() == "NVIDIA H200 ×2, NVIDIA H100 80GB HBM3 ×1"
 

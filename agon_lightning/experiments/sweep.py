@@ -145,7 +145,11 @@ def finished(run: Run, argv: list[str]) -> bool:
 
 
 def write_marker(
-    run: Run, argv: list[str], wall_s: float | None, code: str | None = None, env: dict[str, str] | None = None
+    run: Run,
+    argv: list[str],
+    wall_s: float | None,
+    code: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> None:
     """Mark ``run`` finished with ``argv``; ``wall_s`` ``None`` (JSON null): not timed whole (resumed).
 
@@ -155,8 +159,16 @@ def write_marker(
     marker = run.directory / MARKER
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(
-        json.dumps({"variant": run.variant, "seed": run.seed, "argv": argv, "wall_s": wall_s, "code": code,
-                    "environment": env})  # fmt: skip
+        json.dumps(
+            {
+                "variant": run.variant,
+                "seed": run.seed,
+                "argv": argv,
+                "wall_s": wall_s,
+                "code": code,
+                "environment": env,
+            }
+        )  # fmt: skip
     )
     os.replace(tmp, marker)  # atomic: a marker is either absent or complete
 

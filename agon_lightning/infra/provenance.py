@@ -96,11 +96,16 @@ def gpu_models() -> str | None:
     """
     try:
         proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    names = [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+    names = (
+        [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+    )
     return ", ".join(f"{name} ×{names.count(name)}" for name in dict.fromkeys(names)) or None
 
 
