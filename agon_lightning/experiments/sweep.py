@@ -168,7 +168,7 @@ def write_marker(
                 "code": code,
                 "environment": env,
             }
-        )  # fmt: skip
+        )
     )
     os.replace(tmp, marker)  # atomic: a marker is either absent or complete
 
