@@ -37,8 +37,8 @@ def endpoints(stem: str, experiment: Path = S2) -> list[dict]:
     return json.loads((experiment / "sweep" / f"{stem}.json").read_text())["endpoints"]
 
 
-def primaries(stem: str, experiment: Path = S2) -> list[dict]:
-    return [e for e in endpoints(stem, experiment) if e["primary"] and e["split"] == "main"]
+def primaries(stem: str) -> list[dict]:
+    return [e for e in endpoints(stem) if e["primary"] and e["split"] == "main"]
 
 
 def paired_row(name: str) -> tuple[float, float, float]:
@@ -90,14 +90,14 @@ def quoted() -> dict[str, str]:
 def s3_quoted() -> dict[str, str]:
     """S3's quoted figures: its primaries, its own MDEs, its secondaries and each cascade's pass@1
     (``endpoints.json``), and the summary ablation on the trained adapters (``diagnostics.json``)."""
-    found = primaries("endpoints", S3)
+    committed = json.loads((S3 / "sweep" / "endpoints.json").read_text())
+    found = [e for e in committed["endpoints"] if e["primary"] and e["split"] == "main"]
     mde, holm = [e["mde"] for e in found], [e["mde_holm"] for e in found]
     out = {f"s3 primary {e['reference']}": interval(e["mean"], e["low"], e["high"]) for e in found}
     out |= {
         "s3 mde": f"{points(min(mde))}–{points(max(mde))} points",
         "s3 mde at Holm's first step": f"{points(min(holm))}–{points(max(holm))} at Holm's first step",
     }
-    committed = json.loads((S3 / "sweep" / "endpoints.json").read_text())
     main = [e for e in committed["endpoints"] if e["split"] == "main" and not e["primary"]]
     for key, suffix in (("self-cascade − alone", "GRPO's self-cascade − GRPO alone"),
                         ("cascade − GRPO alone", "Agon − GRPO alone"),
